@@ -1,0 +1,37 @@
+"""The ``specops`` command line: one group, each subcommand in a module of its own."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from specops import __version__
+
+# Each entry is "module:attribute" naming a click command or group added to `specops`.
+# Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
+_SUBCOMMANDS: dict[str, str] = {
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup)
+@click.version_option(__version__, prog_name="specops")
+def main() -> None:
+    """Run vLLM with speculative decoding that follows the load."""
+
+
+__all__ = ["main"]

@@ -1,0 +1,38 @@
+"""The error tree of specops, one base per boundary.
+
+    SpecopsError
+    ├── SpecValidationError   a SpeculativeService (or its pieces) is invalid
+    ├── EngineConfigError     the simulated engine was given a bad config, profile or workload
+    ├── MetricsError          a metrics source failed (unreachable, malformed, PromQL error)
+    └── ClusterError          the local control plane could not be built or started
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClusterError",
+    "EngineConfigError",
+    "MetricsError",
+    "SpecValidationError",
+    "SpecopsError",
+]
+
+
+class SpecopsError(Exception):
+    """Base of every error specops raises on purpose."""
+
+
+class SpecValidationError(SpecopsError):
+    """A SpeculativeService spec is invalid; the message names the field and the fix."""
+
+
+class EngineConfigError(SpecopsError):
+    """The simulated engine was given an invalid speculative config, profile or workload."""
+
+
+class MetricsError(SpecopsError):
+    """A metrics source could not produce a sample (unreachable, malformed page, PromQL error)."""
+
+
+class ClusterError(SpecopsError):
+    """The local control plane could not be built, started or reached."""
