@@ -19,19 +19,24 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StepShape:
-    """What one decode step processes: B running requests, k drafts each, their contexts."""
+    """What one step processes: B decoding requests, k drafts each, their contexts.
+
+    ``prefill_tokens`` are prompt tokens computed in the same step (chunked prefill): the
+    target forward pays for them like any batched token, the drafter does not.
+    """
 
     batch: int
     k: int
     context_tokens: int
+    prefill_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if self.batch < 0 or self.k < 0 or self.context_tokens < 0:
+        if min(self.batch, self.k, self.context_tokens, self.prefill_tokens) < 0:
             raise ValueError(f"step shape fields must be >= 0, got {self}")
 
     @property
     def batched_tokens(self) -> int:
-        return self.batch * (self.k + 1)
+        return self.batch * (self.k + 1) + self.prefill_tokens
 
 
 @dataclass(frozen=True)

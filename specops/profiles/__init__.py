@@ -1,0 +1,19 @@
+"""Named performance profiles: step-cost models, KV capacity and draft memory per model and GPU."""
+
+from specops.profiles._catalog import PROFILES, get_profile, profile_names
+from specops.profiles._profile import (
+    LOOKUP_METHODS,
+    DraftFamily,
+    PerformanceProfile,
+    draft_family,
+)
+
+__all__ = [
+    "LOOKUP_METHODS",
+    "PROFILES",
+    "DraftFamily",
+    "PerformanceProfile",
+    "draft_family",
+    "get_profile",
+    "profile_names",
+]

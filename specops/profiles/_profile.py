@@ -1,0 +1,81 @@
+"""A named performance profile: how fast one model runs on one kind of accelerator.
+
+The simulated engine takes its step time from these numbers and nothing else, and the
+controller predicts with the same StepCostModel, so the two share one cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from specops.policy import StepCostModel
+
+__all__ = [
+    "LOOKUP_METHODS",
+    "DraftFamily",
+    "PerformanceProfile",
+    "draft_family",
+]
+
+# Methods that propose by looking up earlier tokens: no draft network, no draft weights.
+LOOKUP_METHODS: frozenset[str] = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+class DraftFamily(StrEnum):
+    """How a method drafts: a network forward (EAGLE, MTP, a draft model) or a lookup."""
+
+    NETWORK = "network"
+    LOOKUP = "lookup"
+
+
+def draft_family(method: str) -> DraftFamily:
+    """The family of a canonical vLLM method name (eagle, eagle3, mtp, ngram, suffix, ...)."""
+    return DraftFamily.LOOKUP if method in LOOKUP_METHODS else DraftFamily.NETWORK
+
+
+@dataclass(frozen=True)
+class PerformanceProfile:
+    """Step-cost models per draft family plus the memory and compute facts around them.
+
+    ``network`` and ``lookup`` share the target-forward terms and differ in the draft
+    term. ``kv_cache_tokens`` is the KV capacity with no draft loaded;
+    ``draft_memory_kv_tokens`` is what a draft network's weights and its own KV take
+    from it, in target KV tokens. ``params`` and ``peak_flops`` (the sustained rate the
+    per-token slope implies) give the roofline alternative to the additive fit: with
+    ``roofline=True`` the target forward is ``max(t_fixed + c_kv * N_kv, 2 * params * N /
+    peak_flops)``, memory time or compute time, whichever binds, instead of their sum.
+    """
+
+    name: str
+    model: str
+    accelerator: str
+    tensor_parallel_size: int
+    network: StepCostModel
+    lookup: StepCostModel
+    kv_cache_tokens: int
+    draft_memory_kv_tokens: int
+    params: float
+    peak_flops: float
+    description: str
+
+    def cost_model(self, method: str | None, *, roofline: bool = False) -> StepCostModel:
+        """The step-cost model for a speculative method (None: no speculation)."""
+        base = self.lookup if method is not None and method in LOOKUP_METHODS else self.network
+        if not roofline:
+            return base
+        return StepCostModel(
+            t_fixed=base.t_fixed,
+            c_tok=0.0,
+            c_kv=base.c_kv,
+            t_overhead=base.t_overhead,
+            draft=base.draft,
+            flops_per_token=2.0 * self.params,
+            peak_flops=self.peak_flops,
+        )
+
+    def kv_capacity(self, method: str | None) -> int:
+        """KV-cache tokens left for requests once the draft (if any) is loaded."""
+        if method is None or method in LOOKUP_METHODS:
+            return self.kv_cache_tokens
+        return self.kv_cache_tokens - self.draft_memory_kv_tokens
