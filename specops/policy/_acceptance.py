@@ -9,6 +9,7 @@ With a constant per-token acceptance alpha this is the geometric sum
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,6 +98,25 @@ class AcceptanceCurve:
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         return 1.0 + sum(self.rate(i) for i in range(k))
+
+    def lower_bound(self, drafts: int, z: float) -> AcceptanceCurve:
+        """Each rate lowered by ``z`` binomial standard errors over ``drafts`` observations.
+
+        A policy that trusts a few hundred drafts as much as a million drafts retunes on
+        noise; shading the curve by its uncertainty keeps a thin measurement from
+        justifying a longer k.
+        """
+        if drafts <= 0:
+            raise ValueError("no drafts were observed, acceptance is unknown")
+        if z < 0:
+            raise ValueError(f"z must be >= 0, got {z}")
+        lowered: list[float] = []
+        previous = 1.0
+        for rate in self.rates:
+            shaded = max(rate - z * math.sqrt(rate * (1.0 - rate) / drafts), 0.0)
+            lowered.append(min(shaded, previous))
+            previous = lowered[-1]
+        return AcceptanceCurve(tuple(lowered))
 
     def mean_acceptance_length(self) -> float:
         """vLLM's "mean acceptance length" at the measured k: 1 + accepted / drafts."""

@@ -1,0 +1,353 @@
+"""Choosing the speculative config that serves a measured load best.
+
+For every candidate k and batch size B the model predicts one step's time T from the
+step-cost model and the tokens it emits E(k) from the acceptance curve, so
+TPOT(k, B) = T / E(k) and throughput(k, B) = B * E(k) / T. At a fixed B the three
+objectives agree (throughput is B / TPOT, and the lowest TPOT is the one most likely
+to meet a target), so a per-batch-size table is simply the best k at every B. They
+differ once one config must serve a whole distribution of B, which is where the
+expected value over the measured batch-size distribution decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from specops.policy._acceptance import AcceptanceCurve
+from specops.policy._config import ScheduleRange, SpecConfig, schedule_applies
+from specops.policy._cost import StepCostModel, StepShape
+from specops.policy._load import BatchDistribution
+
+__all__ = [
+    "Crossover",
+    "Objective",
+    "ObjectiveKind",
+    "PointEstimate",
+    "PolicyChoice",
+    "PolicyInput",
+    "Prediction",
+    "SpeedModel",
+    "best_k_by_batch",
+    "choose",
+    "crossovers",
+    "merge_ranges",
+    "predict",
+    "relative_gain",
+]
+
+
+class ObjectiveKind(StrEnum):
+    THROUGHPUT = "Throughput"
+    LATENCY = "Latency"
+    GOODPUT = "Goodput"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What "best" means: most tokens/s, lowest mean TPOT, or most tokens/s within a TPOT target."""
+
+    kind: ObjectiveKind = ObjectiveKind.THROUGHPUT
+    tpot_target_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is ObjectiveKind.GOODPUT and (
+            self.tpot_target_s is None or self.tpot_target_s <= 0
+        ):
+            raise ValueError("a Goodput objective needs tpot_target_s > 0")
+
+
+@dataclass(frozen=True)
+class PointEstimate:
+    """One step at batch ``batch`` with ``k`` drafts: its time and expected emitted tokens."""
+
+    batch: int
+    k: int
+    step_s: float
+    tokens_per_step: float
+
+    @property
+    def tpot_s(self) -> float:
+        return self.step_s / self.tokens_per_step
+
+    @property
+    def throughput(self) -> float:
+        return self.batch * self.tokens_per_step / self.step_s
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """Step cost plus acceptance at a context length: everything needed to predict a step."""
+
+    cost: StepCostModel
+    acceptance: AcceptanceCurve
+    context_tokens: float
+    _memo: dict[tuple[int, int], PointEstimate] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def point(self, batch: int, k: int) -> PointEstimate:
+        key = (batch, k)
+        found = self._memo.get(key)
+        if found is None:
+            shape = StepShape(batch, k, round(batch * self.context_tokens))
+            found = PointEstimate(
+                batch, k, self.cost.step_time(shape), self.acceptance.expected_tokens(k)
+            )
+            self._memo[key] = found
+        return found
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """The smallest batch at which k drafts stop paying: TPOT(k, B) >= TPOT(0, B).
+
+    ``batch`` is None when k still beats no speculation at every batch up to the limit.
+    """
+
+    k: int
+    batch: int | None
+
+    def describe(self) -> str:
+        return f"k={self.k} at batch {self.batch}" if self.batch else f"k={self.k} never"
+
+
+def crossovers(model: SpeedModel, ks: Sequence[int], max_batch: int) -> tuple[Crossover, ...]:
+    out: list[Crossover] = []
+    for k in ks:
+        found = next(
+            (
+                b
+                for b in range(1, max_batch + 1)
+                if model.point(b, k).tpot_s >= model.point(b, 0).tpot_s
+            ),
+            None,
+        )
+        out.append(Crossover(k, found))
+    return tuple(out)
+
+
+def best_k_by_batch(
+    model: SpeedModel, ks: Sequence[int], max_batch: int, tolerance: float = 0.005
+) -> tuple[int, ...]:
+    """Best k for each batch 1..max_batch; within ``tolerance`` of the best, the smallest k.
+
+    Preferring the shorter k on a near-tie drafts less for the same speed and keeps the
+    table to fewer ranges.
+    """
+    ordered = sorted(ks)
+    best: list[int] = []
+    for b in range(1, max_batch + 1):
+        top = max(model.point(b, k).throughput for k in ordered)
+        best.append(
+            next(k for k in ordered if model.point(b, k).throughput >= top * (1 - tolerance))
+        )
+    return tuple(best)
+
+
+def merge_ranges(best_by_batch: Sequence[int]) -> tuple[ScheduleRange, ...]:
+    """``best_by_batch[i]`` is the k for batch i + 1; runs of equal k become one range."""
+    ranges: list[ScheduleRange] = []
+    start = 1
+    for i in range(1, len(best_by_batch) + 1):
+        if i == len(best_by_batch) or best_by_batch[i] != best_by_batch[start - 1]:
+            ranges.append(ScheduleRange(start, i, best_by_batch[start - 1]))
+            start = i + 1
+    return tuple(ranges)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Expected figures of one config over the batch-size distribution.
+
+    ``mean_tpot_s`` weighs each batch size by time; ``goodput`` counts tokens only at batch
+    sizes whose TPOT meets the target (all of them when there is none); ``value`` is the
+    objective, higher is better.
+    """
+
+    config: SpecConfig
+    throughput: float
+    mean_tpot_s: float
+    goodput: float
+    value: float
+
+
+def predict(
+    config: SpecConfig, load: BatchDistribution, model: SpeedModel, objective: Objective
+) -> Prediction:
+    throughput = tpot = goodput = 0.0
+    target = objective.tpot_target_s
+    for batch, weight in load.weights:
+        point = model.point(batch, config.k_for_batch(batch))
+        throughput += weight * point.throughput
+        tpot += weight * point.tpot_s
+        if target is None or point.tpot_s <= target:
+            goodput += weight * point.throughput
+    value = {
+        ObjectiveKind.THROUGHPUT: throughput,
+        ObjectiveKind.LATENCY: 1.0 / tpot,
+        ObjectiveKind.GOODPUT: goodput,
+    }[objective.kind]
+    return Prediction(config, throughput, tpot, goodput, value)
+
+
+def relative_gain(new: Prediction, old: Prediction) -> float:
+    """How much better ``new`` is than ``old`` on the objective, as a fraction.
+
+    When ``old`` meets no part of a goodput target its value is 0: the goodput ``new``
+    adds is then measured against all the tokens ``old`` delivers, and with no goodput
+    on either side raw throughput decides, so the fraction stays finite.
+    """
+    if old.value > 0:
+        return new.value / old.value - 1.0
+    if new.value > 0:
+        return new.value / old.throughput
+    return new.throughput / old.throughput - 1.0
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """Everything the policy looks at; ``drafts_seen`` = 0 marks ``acceptance`` as a prior."""
+
+    acceptance: AcceptanceCurve
+    drafts_seen: int
+    load: BatchDistribution
+    cost: StepCostModel
+    context_tokens: float
+    current: SpecConfig
+    method: str
+    objective: Objective = Objective()
+    data_parallel: int = 1
+    k_min: int = 1
+    k_max: int = 7
+    max_batch: int = 256
+    confidence_z: float = 1.0
+    min_gain: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k_min <= self.k_max:
+            raise ValueError(
+                f"k bounds must satisfy 1 <= min <= max, got {self.k_min}, {self.k_max}"
+            )
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.context_tokens < 0:
+            raise ValueError(f"context_tokens must be >= 0, got {self.context_tokens}")
+
+    @property
+    def candidate_ks(self) -> tuple[int, ...]:
+        return tuple(range(self.k_min, self.k_max + 1))
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    config: SpecConfig
+    predicted: Prediction
+    current: Prediction
+    baseline: Prediction
+    candidates: tuple[Prediction, ...]
+    crossovers: tuple[Crossover, ...]
+    schedule: bool
+    reason: str
+
+    @property
+    def gain_over_current(self) -> float:
+        return relative_gain(self.predicted, self.current)
+
+    @property
+    def gain_over_off(self) -> float:
+        return relative_gain(self.predicted, self.baseline)
+
+
+def _score(p: Prediction) -> tuple[float, float]:
+    return (p.value, p.throughput)
+
+
+def _objective_words(objective: Objective) -> str:
+    if objective.kind is ObjectiveKind.LATENCY:
+        return "mean TPOT"
+    if objective.kind is ObjectiveKind.GOODPUT:
+        return f"goodput within a {(objective.tpot_target_s or 0.0) * 1e3:.0f} ms TPOT target"
+    return "throughput"
+
+
+def choose(inputs: PolicyInput) -> PolicyChoice:
+    """The config that maximises the objective over the measured load, and why."""
+    curve = (
+        inputs.acceptance.lower_bound(inputs.drafts_seen, inputs.confidence_z)
+        if inputs.drafts_seen > 0
+        else inputs.acceptance
+    )
+    model = SpeedModel(inputs.cost, curve, inputs.context_tokens)
+    ks = inputs.candidate_ks
+    cross = crossovers(model, ks, inputs.max_batch)
+    off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)
+    current = predict(inputs.current, inputs.load, model, inputs.objective)
+    schedule = schedule_applies(inputs.method, inputs.data_parallel)
+
+    if schedule:
+        ranges = merge_ranges(best_k_by_batch(model, (0, *ks), inputs.max_batch))
+        if len(ranges) == 1:
+            configs = [SpecConfig.static(ranges[0].k)]
+        else:
+            configs = [SpecConfig(max(r.k for r in ranges), ranges)]
+    else:
+        configs = [SpecConfig.static(k) for k in ks]
+    candidates = (off, *(predict(c, inputs.load, model, inputs.objective) for c in configs))
+    best = off
+    for candidate in candidates[1:]:
+        if _score(candidate) > _score(best):
+            best = candidate
+
+    load_words = inputs.load.describe()
+    cross_words = ", ".join(c.describe() for c in cross)
+    goal = _objective_words(inputs.objective)
+    gain = relative_gain(best, off)
+    if best.config.is_off or gain < inputs.min_gain:
+        smallest = inputs.load.weights[0][0]
+        if all(c.batch is not None and smallest >= c.batch for c in cross):
+            why = f"the load (never below batch {smallest}) stays above every crossover"
+        else:
+            why = (
+                f"no speculative config beats no speculation on {goal} by the "
+                f"{inputs.min_gain:.0%} that keeping a draft model needs (best {gain:+.1%})"
+            )
+        reason = (
+            f"speculation off: at the observed load ({load_words}) {why}; crossovers "
+            f"{cross_words}. Off also frees the draft model's memory for KV cache."
+        )
+        best = off
+    elif schedule:
+        reason = (
+            f"per-batch-size table {best.config.describe()}: the best k at each batch size, "
+            f"capped by num_speculative_tokens; crossovers {cross_words}. At the observed load "
+            f"({load_words}) it predicts {gain:+.1%} {goal} over no speculation."
+        )
+    else:
+        runner_up = max(
+            (c for c in candidates if c.config != best.config and not c.config.is_off),
+            key=_score,
+            default=None,
+        )
+        runner_words = (
+            f"; next best {runner_up.config.describe()} at {relative_gain(runner_up, off):+.1%}"
+            if runner_up is not None
+            else ""
+        )
+        reason = (
+            f"one k, {best.config.describe()} (method {inputs.method} with data-parallel "
+            f"{inputs.data_parallel} takes no per-batch-size table): at the observed load "
+            f"({load_words}) it predicts {gain:+.1%} {goal} over no speculation{runner_words}; "
+            f"crossovers {cross_words}."
+        )
+    return PolicyChoice(
+        config=best.config,
+        predicted=best,
+        current=current,
+        baseline=off,
+        candidates=candidates,
+        crossovers=cross,
+        schedule=schedule,
+        reason=reason,
+    )

@@ -1,0 +1,92 @@
+"""The load a policy optimises for: how the number of running requests is distributed.
+
+The mean batch size hides what matters: a speculative config that wins at the median
+can lose badly in the busy tail, so the policy takes an expected value over the whole
+distribution. Weights are fractions of time spent at each batch size (idle time, batch
+0, is left out: there is nothing to decode then).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["BatchDistribution"]
+
+
+@dataclass(frozen=True)
+class BatchDistribution:
+    """Sorted ``(batch, weight)`` pairs with positive batches and weights summing to 1."""
+
+    weights: tuple[tuple[int, float], ...]
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.weights:
+            raise ValueError("a batch-size distribution needs at least one batch size > 0")
+        previous = 0
+        for batch, weight in self.weights:
+            if batch <= previous:
+                raise ValueError("batch sizes must be positive, sorted and distinct")
+            if weight <= 0:
+                raise ValueError(f"weight of batch {batch} must be > 0, got {weight}")
+            previous = batch
+        total = sum(w for _, w in self.weights)
+        if not math.isclose(total, 1.0, rel_tol=1e-6):
+            raise ValueError(f"weights must sum to 1, got {total}")
+
+    @classmethod
+    def from_samples(cls, batches: Iterable[int]) -> BatchDistribution:
+        """From equally spaced samples of the running-request count; zeros (idle) are dropped."""
+        counts = Counter(b for b in batches if b > 0)
+        if not counts:
+            raise ValueError("no sample had a running request: the load is unknown")
+        return cls.from_weights(counts, samples=sum(counts.values()))
+
+    @classmethod
+    def from_weights(cls, weights: Mapping[int, float], samples: int = 0) -> BatchDistribution:
+        positive = {b: float(w) for b, w in weights.items() if b > 0 and w > 0}
+        total = sum(positive.values())
+        if total <= 0:
+            raise ValueError("no batch size > 0 has a positive weight: the load is unknown")
+        return cls(tuple((b, positive[b] / total) for b in sorted(positive)), samples)
+
+    @classmethod
+    def constant(cls, batch: int) -> BatchDistribution:
+        return cls(((batch, 1.0),))
+
+    @property
+    def mean(self) -> float:
+        return sum(b * w for b, w in self.weights)
+
+    @property
+    def max_batch(self) -> int:
+        return self.weights[-1][0]
+
+    def quantile(self, q: float) -> int:
+        """The smallest batch size with at least ``q`` of the weight at or below it."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {q}")
+        cumulative = 0.0
+        for batch, weight in self.weights:
+            cumulative += weight
+            if cumulative >= q - 1e-12:
+                return batch
+        return self.max_batch
+
+    def ks_distance(self, other: BatchDistribution) -> float:
+        """Kolmogorov-Smirnov distance: the largest gap between the two CDFs, in [0, 1]."""
+        mine = dict(self.weights)
+        theirs = dict(other.weights)
+        gap = 0.0
+        cdf_mine = cdf_theirs = 0.0
+        for batch in sorted(mine.keys() | theirs.keys()):
+            cdf_mine += mine.get(batch, 0.0)
+            cdf_theirs += theirs.get(batch, 0.0)
+            gap = max(gap, abs(cdf_mine - cdf_theirs))
+        return gap
+
+    def describe(self) -> str:
+        return f"median batch {self.quantile(0.5)}, p90 {self.quantile(0.9)}, mean {self.mean:.1f}"

@@ -1,0 +1,153 @@
+"""The policy against hand-computed cases of a cost model simple enough to do on paper.
+
+Step time 10 ms + 1 ms per batched token, nothing else; per-token acceptance 0.5, so
+E(1) = 1.5, E(2) = 1.75, E(3) = 1.875. TPOT(k, B) = (10 + (k + 1) B) / E(k) ms.
+"""
+
+import pytest
+
+from specops.policy import (
+    AcceptanceCurve,
+    BatchDistribution,
+    Crossover,
+    DraftCost,
+    Objective,
+    ObjectiveKind,
+    PolicyInput,
+    SpecConfig,
+    SpeedModel,
+    StepCostModel,
+    best_k_by_batch,
+    choose,
+    crossovers,
+    merge_ranges,
+)
+
+COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
+HALF = AcceptanceCurve.geometric(0.5, 3)
+MODEL = SpeedModel(COST, HALF, context_tokens=0)
+
+
+def _inputs(load: dict[int, float], method: str = "ngram", **kw: object) -> PolicyInput:
+    fields: dict[str, object] = {
+        "acceptance": HALF,
+        "drafts_seen": 0,
+        "load": BatchDistribution.from_weights(load),
+        "cost": COST,
+        "context_tokens": 0,
+        "current": SpecConfig.static(1),
+        "method": method,
+        "k_max": 3,
+        "max_batch": 64,
+    }
+    return PolicyInput(**{**fields, **kw})  # type: ignore[arg-type]
+
+
+def test_crossover_of_a_known_cost_model() -> None:
+    # k=1: (10 + 2B) / 1.5 >= 10 + B  <=>  B >= 10
+    # k=2: (10 + 3B) / 1.75 >= 10 + B <=>  B >= 6
+    # k=3: (10 + 4B) / 1.875 >= 10 + B <=> B >= 4.12, so 5
+    assert crossovers(MODEL, (1, 2, 3), max_batch=64) == (
+        Crossover(1, 10),
+        Crossover(2, 6),
+        Crossover(3, 5),
+    )
+
+
+def test_crossover_beyond_the_limit_is_reported_as_never() -> None:
+    assert crossovers(MODEL, (1,), max_batch=9) == (Crossover(1, None),)
+
+
+def test_point_estimate_is_step_time_over_expected_tokens() -> None:
+    point = MODEL.point(4, 1)
+    assert point.step_s == pytest.approx(0.018)
+    assert point.tpot_s == pytest.approx(0.012)
+    assert point.throughput == pytest.approx(4 * 1.5 / 0.018)
+
+
+def test_best_k_per_batch_and_merged_table() -> None:
+    # B=1: k=2 (1.75/13) beats k=3 (1.875/14), k=1 (1.5/12); B=2: k=2 (3.5/16);
+    # B=3..9: k=1; B=10 ties k=1 with k=0 (15/30 = 10/20), the shorter k wins.
+    best = best_k_by_batch(MODEL, (0, 1, 2, 3), max_batch=12)
+    assert best == (2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0)
+    assert [r.as_list() for r in merge_ranges(best)] == [[1, 2, 2], [3, 9, 1], [10, 12, 0]]
+
+
+def test_schedule_methods_get_the_table_with_its_cap() -> None:
+    choice = choose(_inputs({4: 1.0}, method="eagle3"))
+    assert choice.schedule
+    assert choice.config == SpecConfig.table([[1, 2, 2], [3, 9, 1], [10, 64, 0]])
+    assert choice.config.num_speculative_tokens == 2
+    assert "per-batch-size table" in choice.reason
+
+
+def test_one_k_when_the_method_takes_no_table() -> None:
+    # at B=4: k=1 gives 6/18, k=2 7/22, k=3 7.5/26 tokens per ms
+    choice = choose(_inputs({4: 1.0}))
+    assert choice.config == SpecConfig.static(1)
+    assert choice.predicted.throughput == pytest.approx(4 * 1.5 / 0.018)
+    assert choice.gain_over_off == pytest.approx((6 / 18) / (4 / 14) - 1)
+    assert "one k" in choice.reason
+
+
+def test_data_parallel_drops_the_table() -> None:
+    choice = choose(_inputs({4: 1.0}, method="eagle3", data_parallel=2))
+    assert not choice.schedule
+    assert choice.config == SpecConfig.static(1)
+
+
+def test_off_when_load_stays_above_every_crossover() -> None:
+    choice = choose(_inputs({50: 0.5, 60: 0.5}, method="eagle3"))
+    assert choice.config.is_off
+    assert "stays above every crossover" in choice.reason
+    assert "frees the draft model's memory" in choice.reason
+
+
+def test_objectives_disagree_on_a_spread_load() -> None:
+    # 60 % of the time B=2, 40 % B=20.
+    # throughput: k=0 .6*166.7 + .4*666.7 = 366.7, k=1 .6*214.3 + .4*600 = 368.6 tokens/s:
+    #   +0.5 %, below the 1 % a draft model must earn, so off.
+    # mean TPOT: k=0 .6*12 + .4*30 = 19.2 ms, k=1 .6*9.33 + .4*33.3 = 18.93 ms: +1.4 %, k=1.
+    load = {2: 0.6, 20: 0.4}
+    assert choose(_inputs(load)).config.is_off
+    latency = choose(_inputs(load, objective=Objective(ObjectiveKind.LATENCY)))
+    assert latency.config == SpecConfig.static(1)
+    assert latency.predicted.mean_tpot_s == pytest.approx(0.6 * 14 / 1.5e3 + 0.4 * 50 / 1.5e3)
+
+
+def test_goodput_counts_only_batches_within_the_target() -> None:
+    # 10 ms target: k=0 misses at both B=2 (12 ms) and B=20 (30 ms), so its goodput is 0;
+    # at B=2, k=1 (9.33 ms), k=2 (9.14 ms) and k=3 (9.6 ms) meet it; k=2 delivers most.
+    goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=0.010)
+    choice = choose(_inputs({2: 0.5, 20: 0.5}, objective=goodput))
+    assert choice.config == SpecConfig.static(2)
+    assert choice.baseline.goodput == 0.0
+    assert choice.predicted.goodput == pytest.approx(0.5 * 2 * 1.75 / 0.016)
+    assert "goodput within a 10 ms TPOT target" in choice.reason
+
+
+def test_goodput_objective_needs_a_target() -> None:
+    with pytest.raises(ValueError, match="tpot_target_s"):
+        Objective(ObjectiveKind.GOODPUT)
+
+
+def test_thin_acceptance_measurements_are_shaded() -> None:
+    shaded = HALF.lower_bound(drafts=100, z=1.0)
+    assert shaded.rates[0] == pytest.approx(0.5 - 0.05)
+    assert shaded.rates[1] == pytest.approx(0.25 - (0.25 * 0.75 / 100) ** 0.5)
+    few = choose(_inputs({4: 1.0}, drafts_seen=25))
+    many = choose(_inputs({4: 1.0}, drafts_seen=10**8))
+    assert few.predicted.throughput < many.predicted.throughput
+    assert many.predicted.throughput == pytest.approx(4 * 1.5 / 0.018, rel=1e-3)
+
+
+def test_prediction_of_the_config_in_force() -> None:
+    choice = choose(_inputs({4: 1.0}, method="eagle3"))
+    # the config in force is k=1 everywhere; at B=4 the table also says k=1
+    assert choice.current.throughput == pytest.approx(choice.predicted.throughput)
+    assert choice.gain_over_current == pytest.approx(0.0)
+
+
+def test_bad_bounds_are_rejected() -> None:
+    with pytest.raises(ValueError, match="k bounds"):
+        _inputs({4: 1.0}, k_min=3, k_max=2)

@@ -1,0 +1,80 @@
+import pytest
+
+from specops.policy import BatchDistribution, ScheduleRange, SpecConfig, schedule_applies
+
+
+def test_table_lookup_follows_vllm_gap_tail_and_cap() -> None:
+    config = SpecConfig.table([[1, 16, 5], [32, 128, 2]], cap=4)
+    assert config.k_for_batch(1) == 4  # capped by num_speculative_tokens
+    assert config.k_for_batch(20) == 4  # the gap 17-31 carries the previous k
+    assert config.k_for_batch(40) == 2
+    assert config.k_for_batch(500) == 2  # the tail carries the last k
+
+
+def test_static_and_off() -> None:
+    assert SpecConfig.static(3).k_for_batch(200) == 3
+    assert SpecConfig.off().k_for_batch(1) == 0
+    assert SpecConfig.off().is_off
+
+
+def test_vllm_documented_table_renders_as_speculative_config_keys() -> None:
+    config = SpecConfig.table([[1, 16, 5], [17, 32, 4], [33, 64, 3], [65, 128, 1], [129, 512, 0]])
+    assert config.as_vllm() == {
+        "num_speculative_tokens": 5,
+        "num_speculative_tokens_per_batch_size": [
+            [1, 16, 5],
+            [17, 32, 4],
+            [33, 64, 3],
+            [65, 128, 1],
+            [129, 512, 0],
+        ],
+    }
+    assert config.k_for_batch(100) == 1
+    assert config.k_for_batch(300) == 0
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([[2, 16, 3]], "start at batch 1"),
+        ([[1, 16, 3], [10, 20, 1]], "sorted and disjoint"),
+    ],
+)
+def test_invalid_tables_are_rejected(rows: list[list[int]], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SpecConfig.table(rows)
+
+
+def test_invalid_range_and_table_without_cap() -> None:
+    with pytest.raises(ValueError, match="start <= end"):
+        ScheduleRange(5, 4, 1)
+    with pytest.raises(ValueError, match="num_speculative_tokens > 0"):
+        SpecConfig(0, (ScheduleRange(1, 8, 1),))
+
+
+def test_schedule_applies_only_to_eagle_family_without_data_parallel() -> None:
+    assert schedule_applies("eagle3")
+    assert schedule_applies("dflash")
+    assert not schedule_applies("ngram")
+    assert not schedule_applies("eagle", data_parallel=2)
+
+
+def test_batch_distribution_from_samples_drops_idle_time() -> None:
+    load = BatchDistribution.from_samples([0, 0, 2, 2, 2, 8])
+    assert load.weights == ((2, 0.75), (8, 0.25))
+    assert load.mean == pytest.approx(3.5)
+    assert load.quantile(0.5) == 2
+    assert load.quantile(0.9) == 8
+
+
+def test_ks_distance_is_the_largest_cdf_gap() -> None:
+    a = BatchDistribution.from_weights({2: 0.5, 4: 0.5})
+    b = BatchDistribution.from_weights({4: 0.5, 8: 0.5})
+    # CDFs at 2, 4, 8: a = .5, 1, 1; b = 0, .5, 1
+    assert a.ks_distance(b) == pytest.approx(0.5)
+    assert a.ks_distance(a) == 0.0
+
+
+def test_unknown_load_is_rejected() -> None:
+    with pytest.raises(ValueError, match="load is unknown"):
+        BatchDistribution.from_samples([0, 0])
