@@ -11,6 +11,7 @@ from specops import __version__
 # Each entry is "module:attribute" naming a click command or group added to `specops`.
 # Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
 _SUBCOMMANDS: dict[str, str] = {
+    "crd": "specops.cli._crd:crd",
 }
 
 

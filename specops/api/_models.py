@@ -1,0 +1,744 @@
+"""The SpeculativeService API (specops.io/v1alpha1): spec and status as typed models.
+
+These models are the single definition of the API: the CRD's schema is generated from
+them (see ``_crd.py``), the operator parses objects with them, and their ``__rules__`` are
+the CEL rules the API server enforces.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from specops.api._rules import CrdModel, Rule
+from specops.vllm import (
+    DYNAMIC_SCHEDULE_METHODS,
+    METHODS_NEEDING_DRAFT_MODEL,
+    METHODS_REFUSING_DRAFT_MODEL,
+    VLLM_VERSION,
+    SpeculationMethod,
+)
+
+__all__ = [
+    "GROUP",
+    "KIND",
+    "OWNED_FLAGS",
+    "PLURAL",
+    "VERSION",
+    "BatchSizeRange",
+    "Condition",
+    "ConditionType",
+    "Decision",
+    "EngineSpec",
+    "EnvVar",
+    "Measurements",
+    "MetricsSpec",
+    "ModelCacheSpec",
+    "ObjectMeta",
+    "PolicySpec",
+    "ResourceRequirements",
+    "SecretKeyRef",
+    "SpeculationMode",
+    "SpeculationSpec",
+    "SpeculativeConfigStatus",
+    "SpeculativeService",
+    "SpeculativeServiceSpec",
+    "SpeculativeServiceStatus",
+    "SpeculativeTokens",
+    "Toleration",
+]
+
+GROUP = "specops.io"
+VERSION = "v1alpha1"
+KIND = "SpeculativeService"
+PLURAL = "speculativeservices"
+
+# vLLM flags the operator sets itself; extraArgs may not carry them (or their aliases).
+OWNED_FLAGS: tuple[str, ...] = (
+    "--model",
+    "--port",
+    "--host",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "-tp",
+    "--max-num-seqs",
+    "--max-model-len",
+    "--speculative-config",
+    "-sc",
+    "--spec-method",
+    "--spec-model",
+    "--spec-tokens",
+)
+_OWNED_FLAGS_RE = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"
+
+SpeculationMode = Literal["Auto", "Advise", "Fixed", "Off"]
+ConditionType = Literal["Ready", "Progressing", "Degraded", "MetricsAvailable", "SpeculationActive"]
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+DnsName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+]
+ShortText = Annotated[str, StringConstraints(max_length=1024)]
+ModelId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+Url = Annotated[str, StringConstraints(max_length=2048, pattern=r"^https?://[^\s]+$")]
+Timestamp = Annotated[
+    str, StringConstraints(max_length=64), Field(json_schema_extra={"format": "date-time"})
+]
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+Quantity = Annotated[
+    int | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)],
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _quoted(names: frozenset[str] | tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{name}'" for name in sorted(names)) + "]"
+
+
+def _listed(names: frozenset[str]) -> str:
+    return ", ".join(sorted(names))
+
+
+class SecretKeyRef(CrdModel):
+    """A key in a Secret of the SpeculativeService's namespace."""
+
+    name: DnsName
+    """Name of the Secret."""
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253)] = "token"
+    """Key within the Secret whose value is used."""
+
+
+class EnvVar(CrdModel):
+    """An environment variable of the vLLM container."""
+
+    __rules__ = (
+        Rule(
+            cel="!(has(self.value) && has(self.valueFrom))",
+            message="spec.engine.env: an entry may set value or valueFrom, not both; keep one",
+            holds=lambda e: e.value is None or e.value_from is None,
+        ),
+    )
+
+    name: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"),
+    ]
+    """Variable name."""
+    value: Annotated[str, StringConstraints(max_length=32768)] | None = None
+    """Literal value."""
+    value_from: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """Source of the value: a Kubernetes EnvVarSource (secretKeyRef, fieldRef, ...)."""
+
+
+class ResourceRequirements(CrdModel):
+    """CPU and memory for the vLLM container; GPUs come from gpusPerPod."""
+
+    __rules__ = (
+        Rule(
+            cel=f"!has(self.limits) || !('{GPU_RESOURCE}' in self.limits)",
+            message=(
+                f"spec.engine.resources.limits must not set {GPU_RESOURCE}: use "
+                f"spec.engine.gpusPerPod"
+            ),
+            holds=lambda r: GPU_RESOURCE not in (r.limits or {}),
+            field_path=".limits",
+        ),
+        Rule(
+            cel=f"!has(self.requests) || !('{GPU_RESOURCE}' in self.requests)",
+            message=(
+                f"spec.engine.resources.requests must not set {GPU_RESOURCE}: use "
+                f"spec.engine.gpusPerPod"
+            ),
+            holds=lambda r: GPU_RESOURCE not in (r.requests or {}),
+            field_path=".requests",
+        ),
+    )
+
+    requests: dict[str, Quantity] | None = Field(default=None, max_length=16)
+    """Minimum resources (e.g. cpu: 8, memory: 64Gi)."""
+    limits: dict[str, Quantity] | None = Field(default=None, max_length=16)
+    """Maximum resources (e.g. memory: 96Gi)."""
+
+
+class Toleration(CrdModel):
+    """A Kubernetes toleration, to schedule onto tainted GPU nodes."""
+
+    __rules__ = (
+        Rule(
+            cel="self.operator != 'Exists' || !has(self.value)",
+            message=(
+                "spec.engine.tolerations: operator Exists takes no value; remove value or use Equal"
+            ),
+            holds=lambda t: t.operator != "Exists" or t.value is None,
+        ),
+    )
+
+    key: Annotated[str, StringConstraints(max_length=317)] | None = None
+    """Taint key to tolerate; empty with operator Exists tolerates every taint."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """How key and value are compared to the taint."""
+    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """Taint value to match with operator Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to tolerate; unset tolerates every effect."""
+    toleration_seconds: int | None = Field(default=None, ge=0)
+    """How long a NoExecute taint is tolerated before eviction."""
+
+
+class ModelCacheSpec(CrdModel):
+    """Where model weights are cached: a PersistentVolumeClaim, or an emptyDir."""
+
+    __rules__ = (
+        Rule(
+            cel="!(has(self.claimName) && has(self.sizeLimit))",
+            message=(
+                "spec.engine.modelCache: set claimName (a PersistentVolumeClaim) or sizeLimit (an "
+                "emptyDir), not both"
+            ),
+            holds=lambda c: c.claim_name is None or c.size_limit is None,
+        ),
+    )
+
+    claim_name: DnsName | None = None
+    """PersistentVolumeClaim holding the Hugging Face cache; unset uses an emptyDir."""
+    size_limit: Quantity | None = None
+    """Size limit of the emptyDir cache (when claimName is unset)."""
+    mount_path: Annotated[str, StringConstraints(max_length=1024, pattern=r"^/.*$")] = (
+        "/root/.cache/huggingface"
+    )
+    """Mount path of the cache in the vLLM container (HF_HOME)."""
+
+
+class EngineSpec(CrdModel):
+    """The vLLM server: image, parallelism, limits and pod placement."""
+
+    __rules__ = (
+        Rule(
+            cel="self.tensorParallelSize <= self.gpusPerPod",
+            message=(
+                "spec.engine.tensorParallelSize must not exceed spec.engine.gpusPerPod: each "
+                "tensor-parallel rank needs a GPU"
+            ),
+            holds=lambda e: e.tensor_parallel_size <= e.gpus_per_pod,
+            field_path=".tensorParallelSize",
+        ),
+        Rule(
+            cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{_OWNED_FLAGS_RE}'))",
+            message="spec.engine.extraArgs must not carry flags the operator sets ("
+            + ", ".join(OWNED_FLAGS)
+            + "): use the matching spec field instead",
+            holds=lambda e: not any(arg.split("=", 1)[0] in OWNED_FLAGS for arg in e.extra_args),
+            field_path=".extraArgs",
+        ),
+        Rule(
+            cel="!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))",
+            message="spec.engine.env: variable names must be unique; merge the duplicates",
+            holds=lambda e: len({v.name for v in e.env}) == len(e.env),
+            field_path=".env",
+        ),
+    )
+
+    image: Annotated[str, StringConstraints(min_length=1, max_length=512)] = (
+        f"vllm/vllm-openai:v{VLLM_VERSION}"
+    )
+    """vLLM server image, pinned to a release (its --speculative-config must match vLLM 0.33.0)."""
+    gpus_per_pod: int = Field(default=1, ge=1, le=16)
+    """GPUs (nvidia.com/gpu) requested and limited per pod."""
+    tensor_parallel_size: int = Field(default=1, ge=1, le=16)
+    """vLLM --tensor-parallel-size."""
+    max_num_seqs: int = Field(default=256, ge=1, le=65536)
+    """vLLM --max-num-seqs: the most requests decoded in one batch."""
+    max_model_len: int | None = Field(default=None, ge=16, le=16_777_216)
+    """vLLM --max-model-len; unset takes the model's own context length."""
+    extra_args: list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]] = Field(
+        default=[], max_length=64
+    )
+    """Further vLLM arguments, appended to the command (not ones the operator owns)."""
+    env: list[EnvVar] = Field(default=[], max_length=64)
+    """Extra environment variables of the vLLM container."""
+    resources: ResourceRequirements | None = None
+    """CPU and memory requests and limits of the vLLM container."""
+    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = Field(
+        default=None, max_length=32
+    )
+    """Node labels the pods must match (e.g. a GPU product)."""
+    tolerations: list[Toleration] = Field(default=[], max_length=32)
+    """Tolerations of the pods."""
+    model_cache: ModelCacheSpec = ModelCacheSpec()
+    """Model weight cache volume."""
+    hf_token_secret: SecretKeyRef | None = None
+    """Secret with a Hugging Face token, exposed to vLLM as HF_TOKEN."""
+    shm_size: Quantity = "8Gi"
+    """Size of the /dev/shm memory emptyDir (NCCL and tensor parallelism use it)."""
+
+
+class SpeculativeTokens(CrdModel):
+    """Draft tokens per step (k): the starting value and the range the controller may use."""
+
+    __rules__ = (
+        Rule(
+            cel="self.min <= self.max",
+            message=(
+                "spec.speculation.numSpeculativeTokens: min must be <= max; lower min or raise max"
+            ),
+            holds=lambda t: t.min <= t.max,
+            field_path=".min",
+        ),
+        Rule(
+            cel="self.initial >= self.min && self.initial <= self.max",
+            message=(
+                "spec.speculation.numSpeculativeTokens.initial must lie between min and max; "
+                "change initial or widen the range"
+            ),
+            holds=lambda t: t.min <= t.initial <= t.max,
+            field_path=".initial",
+        ),
+    )
+
+    initial: int = Field(default=3, ge=1, le=32)
+    """k the pods start with (and keep, in mode Fixed)."""
+    min: int = Field(default=1, ge=1, le=32)
+    """Smallest k the controller may choose while speculation is on."""
+    max: int = Field(default=5, ge=1, le=32)
+    """Largest k the controller may choose; also vLLM's num_speculative_tokens with a schedule."""
+
+
+class BatchSizeRange(CrdModel):
+    """One entry of vLLM's num_speculative_tokens_per_batch_size: k for a batch-size range."""
+
+    __rules__ = (
+        Rule(
+            cel="self.minBatchSize <= self.maxBatchSize",
+            message="speculative schedule: minBatchSize must be <= maxBatchSize in every range",
+            holds=lambda r: r.min_batch_size <= r.max_batch_size,
+            field_path=".minBatchSize",
+        ),
+    )
+
+    min_batch_size: int = Field(ge=1, le=65536)
+    """First batch size of the range."""
+    max_batch_size: int = Field(ge=1, le=65536)
+    """Last batch size of the range (inclusive)."""
+    num_speculative_tokens: int = Field(ge=0, le=32)
+    """k for batches in this range; 0 turns drafting off there."""
+
+
+def _overlap(a: BatchSizeRange, b: BatchSizeRange) -> bool:
+    return a.min_batch_size <= b.max_batch_size and a.max_batch_size >= b.min_batch_size
+
+
+_NEEDS_DRAFT = _quoted(METHODS_NEEDING_DRAFT_MODEL)
+_REFUSES_DRAFT = _quoted(METHODS_REFUSING_DRAFT_MODEL)
+_NGRAM = ("ngram", "ngram_gpu")
+
+
+class SpeculationSpec(CrdModel):
+    """Which speculative decoding method runs, and how the operator may tune it."""
+
+    __rules__ = (
+        Rule(
+            cel=f"has(self.draftModel) || !(self.method in {_NEEDS_DRAFT})",
+            message="spec.speculation.draftModel is required for methods "
+            + _listed(METHODS_NEEDING_DRAFT_MODEL)
+            + ": set it to the draft checkpoint (e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)",
+            holds=lambda s: (
+                s.draft_model is not None or s.method not in METHODS_NEEDING_DRAFT_MODEL
+            ),
+            field_path=".draftModel",
+        ),
+        Rule(
+            cel=f"!has(self.draftModel) || !(self.method in {_REFUSES_DRAFT})",
+            message="spec.speculation.draftModel must be unset for methods "
+            + _listed(METHODS_REFUSING_DRAFT_MODEL)
+            + " (they draft from the text itself): remove draftModel or pick a model-based method",
+            holds=lambda s: s.draft_model is None or s.method not in METHODS_REFUSING_DRAFT_MODEL,
+            field_path=".draftModel",
+        ),
+        Rule(
+            cel=f"!has(self.draftTensorParallelSize) || !(self.method in {_REFUSES_DRAFT})",
+            message=(
+                "spec.speculation.draftTensorParallelSize applies only to methods with a draft "
+                "model: remove it"
+            ),
+            holds=lambda s: (
+                s.draft_tensor_parallel_size is None or s.method not in METHODS_REFUSING_DRAFT_MODEL
+            ),
+            field_path=".draftTensorParallelSize",
+        ),
+        Rule(
+            cel=(
+                "(!has(self.promptLookupMin) && !has(self.promptLookupMax)) || "
+                f"self.method in {_quoted(_NGRAM)}"
+            ),
+            message=(
+                "spec.speculation.promptLookupMin/promptLookupMax apply only to methods ngram and "
+                "ngram_gpu: remove them"
+            ),
+            holds=lambda s: (
+                (s.prompt_lookup_min is None and s.prompt_lookup_max is None) or s.method in _NGRAM
+            ),
+        ),
+        Rule(
+            cel=(
+                "!has(self.promptLookupMin) || !has(self.promptLookupMax) || "
+                "self.promptLookupMin <= self.promptLookupMax"
+            ),
+            message="spec.speculation.promptLookupMin must be <= promptLookupMax",
+            holds=lambda s: (
+                s.prompt_lookup_min is None
+                or s.prompt_lookup_max is None
+                or s.prompt_lookup_min <= s.prompt_lookup_max
+            ),
+            field_path=".promptLookupMin",
+        ),
+        Rule(
+            cel=f"!self.perBatchSizeSchedule || self.method in {_quoted(DYNAMIC_SCHEDULE_METHODS)}",
+            message="spec.speculation.perBatchSizeSchedule is supported by vLLM only for methods "
+            + _listed(DYNAMIC_SCHEDULE_METHODS)
+            + ": set it to false or change the method",
+            holds=lambda s: not s.per_batch_size_schedule or s.method in DYNAMIC_SCHEDULE_METHODS,
+            field_path=".perBatchSizeSchedule",
+        ),
+        Rule(
+            cel="!has(self.initialSchedule) || self.perBatchSizeSchedule",
+            message=(
+                "spec.speculation.initialSchedule needs perBatchSizeSchedule: true; set it or "
+                "remove initialSchedule"
+            ),
+            holds=lambda s: s.initial_schedule is None or s.per_batch_size_schedule,
+            field_path=".initialSchedule",
+        ),
+        Rule(
+            cel="!has(self.initialSchedule) || self.initialSchedule.exists(r, r.minBatchSize == 1)",
+            message="spec.speculation.initialSchedule must have a range starting at batch size 1",
+            holds=lambda s: (
+                s.initial_schedule is None or any(r.min_batch_size == 1 for r in s.initial_schedule)
+            ),
+            field_path=".initialSchedule",
+        ),
+        Rule(
+            cel=(
+                "!has(self.initialSchedule) || self.initialSchedule.all(r, "
+                "self.initialSchedule.exists_one(q, "
+                "q.minBatchSize <= r.maxBatchSize && q.maxBatchSize >= r.minBatchSize))"
+            ),
+            message=(
+                "spec.speculation.initialSchedule ranges must not overlap; make each batch size "
+                "belong to one range"
+            ),
+            holds=lambda s: (
+                s.initial_schedule is None
+                or all(
+                    sum(_overlap(q, r) for q in s.initial_schedule) == 1 for r in s.initial_schedule
+                )
+            ),
+            field_path=".initialSchedule",
+        ),
+        Rule(
+            cel=(
+                "!has(self.initialSchedule) || self.initialSchedule.all(r, "
+                "r.numSpeculativeTokens == 0 || "
+                "(r.numSpeculativeTokens >= self.numSpeculativeTokens.min && "
+                "r.numSpeculativeTokens <= self.numSpeculativeTokens.max))"
+            ),
+            message=(
+                "spec.speculation.initialSchedule: each k must be 0 or within "
+                "numSpeculativeTokens min..max"
+            ),
+            holds=lambda s: (
+                s.initial_schedule is None
+                or all(
+                    r.num_speculative_tokens == 0
+                    or s.num_speculative_tokens.min
+                    <= r.num_speculative_tokens
+                    <= s.num_speculative_tokens.max
+                    for r in s.initial_schedule
+                )
+            ),
+            field_path=".initialSchedule",
+        ),
+        Rule(
+            cel=(
+                "!has(self.initialSchedule) || self.initialSchedule.exists(r, "
+                "r.numSpeculativeTokens > 0)"
+            ),
+            message=(
+                "spec.speculation.initialSchedule must speculate somewhere (a k > 0); use mode "
+                "Off to turn speculation off"
+            ),
+            holds=lambda s: (
+                s.initial_schedule is None
+                or any(r.num_speculative_tokens > 0 for r in s.initial_schedule)
+            ),
+            field_path=".initialSchedule",
+        ),
+    )
+
+    method: SpeculationMethod
+    """vLLM speculative method (vLLM 0.33.0 names)."""
+    draft_model: ModelId | None = None
+    """Draft model, EAGLE head or MTP checkpoint (Hugging Face id or path)."""
+    mode: SpeculationMode = "Auto"
+    """Auto: retune speculation; Advise: only recommend; Fixed: keep spec values; Off: none."""
+    num_speculative_tokens: SpeculativeTokens = SpeculativeTokens()
+    """Draft tokens per step (k)."""
+    per_batch_size_schedule: bool = False
+    """Use vLLM's num_speculative_tokens_per_batch_size: k follows the running batch size."""
+    initial_schedule: list[BatchSizeRange] | None = Field(default=None, min_length=1, max_length=16)
+    """Starting schedule when perBatchSizeSchedule is on; unset: k = initial for every batch."""
+    prompt_lookup_min: int | None = Field(default=None, ge=1, le=64)
+    """Smallest n-gram matched in the prompt (ngram methods)."""
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=64)
+    """Largest n-gram matched in the prompt (ngram methods)."""
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1, le=16)
+    """Tensor-parallel size of the draft model: 1 or the target's tensorParallelSize."""
+
+
+class PolicySpec(CrdModel):
+    """What the slow control loop optimises and how cautiously it reconfigures."""
+
+    __rules__ = (
+        Rule(
+            cel="self.objective != 'Goodput' || has(self.tpotTargetMilliseconds)",
+            message=(
+                "spec.policy.tpotTargetMilliseconds is required for objective Goodput: set the "
+                "TPOT target"
+            ),
+            holds=lambda p: p.objective != "Goodput" or p.tpot_target_milliseconds is not None,
+            field_path=".tpotTargetMilliseconds",
+        ),
+        Rule(
+            cel="self.minDwellSeconds >= self.evaluationWindowSeconds",
+            message=(
+                "spec.policy.minDwellSeconds must be >= evaluationWindowSeconds: a decision needs "
+                "one full window measured under the current config"
+            ),
+            holds=lambda p: p.min_dwell_seconds >= p.evaluation_window_seconds,
+            field_path=".minDwellSeconds",
+        ),
+    )
+
+    objective: Literal["Throughput", "Latency", "Goodput"] = "Throughput"
+    """Throughput: most tokens/s; Latency: lowest TPOT; Goodput: tokens/s within the TPOT target."""
+    tpot_target_milliseconds: float | None = Field(default=None, gt=0, le=60000)
+    """Time-per-output-token target in milliseconds (required for Goodput)."""
+    min_gain_percent: float = Field(default=5.0, ge=0, le=1000)
+    """Smallest predicted gain, in percent, that justifies restarting pods."""
+    evaluation_window_seconds: int = Field(default=300, ge=30, le=86400)
+    """Length of the measurement window behind each decision."""
+    min_dwell_seconds: int = Field(default=900, ge=30, le=604800)
+    """Least time between two reconfigurations."""
+    max_reconfigurations_per_hour: int = Field(default=4, ge=0, le=60)
+    """Cap on reconfigurations in any hour; 0 never reconfigures."""
+
+
+class MetricsSpec(CrdModel):
+    """Where the sidecar reads vLLM's metrics."""
+
+    __rules__ = (
+        Rule(
+            cel="self.source != 'Prometheus' || has(self.prometheusUrl)",
+            message=(
+                "spec.metrics.prometheusUrl is required when source is Prometheus: set the "
+                "Prometheus base URL"
+            ),
+            holds=lambda m: m.source != "Prometheus" or m.prometheus_url is not None,
+            field_path=".prometheusUrl",
+        ),
+        Rule(
+            cel="self.source == 'Prometheus' || !has(self.prometheusUrl)",
+            message=(
+                "spec.metrics.prometheusUrl is only used when source is Prometheus: remove it or "
+                "set source: Prometheus"
+            ),
+            holds=lambda m: m.source == "Prometheus" or m.prometheus_url is None,
+            field_path=".prometheusUrl",
+        ),
+    )
+
+    source: Literal["Direct", "Prometheus"] = "Direct"
+    """Direct: the sidecar scrapes the pod's /metrics; Prometheus: it queries Prometheus."""
+    prometheus_url: Url | None = None
+    """Prometheus base URL (e.g. http://prometheus-operated.monitoring:9090)."""
+    scrape_interval_seconds: int = Field(default=15, ge=1, le=300)
+    """How often the sidecar samples the metrics."""
+
+
+class SpeculativeServiceSpec(CrdModel):
+    """Desired state of a SpeculativeService: a vLLM deployment with speculative decoding."""
+
+    __rules__ = (
+        Rule(
+            cel=(
+                "!has(self.speculation.draftTensorParallelSize) || "
+                "self.speculation.draftTensorParallelSize == 1 "
+                "|| self.speculation.draftTensorParallelSize == self.engine.tensorParallelSize"
+            ),
+            message=(
+                "spec.speculation.draftTensorParallelSize must be 1 or equal to "
+                "spec.engine.tensorParallelSize"
+            ),
+            holds=lambda s: (
+                s.speculation.draft_tensor_parallel_size in (None, 1, s.engine.tensor_parallel_size)
+            ),
+            field_path=".speculation.draftTensorParallelSize",
+        ),
+    )
+
+    model: ModelId
+    """Target model to serve (Hugging Face id or path), passed to vllm serve."""
+    served_model_name: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
+    """Model name clients use in the OpenAI API; defaults to model."""
+    replicas: int = Field(default=1, ge=0, le=1000)
+    """Number of vLLM pods."""
+    engine: EngineSpec = EngineSpec()
+    """vLLM server settings."""
+    speculation: SpeculationSpec
+    """Speculative decoding settings."""
+    policy: PolicySpec = PolicySpec()
+    """Control policy for retuning speculation."""
+    metrics: MetricsSpec = MetricsSpec()
+    """Metrics source of the sidecar."""
+
+
+class Condition(CrdModel):
+    """A status condition, as in Kubernetes' metav1.Condition."""
+
+    type: ConditionType
+    """Condition type."""
+    status: Literal["True", "False", "Unknown"]
+    """Condition status."""
+    reason: Annotated[
+        str,
+        StringConstraints(
+            min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+        ),
+    ]
+    """CamelCase reason for the last transition."""
+    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    """Human-readable detail."""
+    last_transition_time: Timestamp
+    """When the status last changed."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation the condition was computed from."""
+
+
+class SpeculativeConfigStatus(CrdModel):
+    """A speculative configuration of the pods, structured and as vLLM's JSON."""
+
+    enabled: bool
+    """Whether the pods run with --speculative-config."""
+    method: SpeculationMethod | None = None
+    """vLLM speculative method."""
+    draft_model: ModelId | None = None
+    """Draft model in use."""
+    num_speculative_tokens: int = Field(default=0, ge=0, le=32)
+    """k (the cap, with a schedule); 0 when speculation is off."""
+    schedule: list[BatchSizeRange] | None = Field(default=None, max_length=64)
+    """vLLM's per-batch-size schedule, when in use."""
+    json_: Annotated[str, StringConstraints(max_length=8192)] | None = Field(
+        default=None, alias="json"
+    )
+    """The --speculative-config JSON passed to vLLM."""
+    source: Literal["Spec", "Controller"] = "Spec"
+    """Spec: taken from spec.speculation; Controller: chosen by the control loop."""
+    spec_hash: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """Hash of the spec.speculation it derives from; a spec edit voids a controller choice."""
+
+
+class Measurements(CrdModel):
+    """Windowed measurements behind the last decision."""
+
+    time: Timestamp | None = None
+    """End of the measurement window."""
+    window_seconds: int | None = Field(default=None, ge=0)
+    """Length of the window."""
+    concurrency: float | None = Field(default=None, ge=0)
+    """Mean running requests per pod."""
+    acceptance_length: float | None = Field(default=None, ge=0)
+    """vLLM's mean acceptance length: 1 + accepted / drafts."""
+    acceptance_per_position: list[float] | None = Field(default=None, max_length=32)
+    """Fraction of drafts whose i-th token was accepted, per draft position."""
+    tpot_seconds: float | None = Field(default=None, ge=0)
+    """Mean time per output token."""
+    throughput_tokens_per_second: float | None = Field(default=None, ge=0)
+    """Generated tokens per second per pod."""
+    crossover_concurrency: float | None = Field(default=None, ge=0)
+    """Estimated concurrency above which the current k stops paying off."""
+
+
+class Decision(CrdModel):
+    """The control loop's last decision and why."""
+
+    time: Timestamp
+    """When the decision was taken."""
+    action: Literal["Keep", "Reconfigure", "Disable", "Enable", "Rollback"]
+    """What was decided."""
+    reason: Annotated[str, StringConstraints(max_length=4096)]
+    """Why, in words."""
+    predicted_gain_percent: float | None = None
+    """Predicted gain of the chosen config over the current one, in percent."""
+    applied: bool = False
+    """Whether the pods were changed (false in mode Advise)."""
+    recommended: SpeculativeConfigStatus | None = None
+    """The configuration decided on."""
+
+
+class SpeculativeServiceStatus(CrdModel):
+    """Observed state of a SpeculativeService."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation last reconciled."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Pods of the Deployment."""
+    ready_replicas: int | None = Field(default=None, ge=0)
+    """Pods ready to serve."""
+    selector: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    """Label selector of the pods (for the scale subresource)."""
+    conditions: list[Condition] = Field(
+        default=[],
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Ready, Progressing, Degraded, MetricsAvailable and SpeculationActive."""
+    speculative_config: SpeculativeConfigStatus | None = None
+    """The speculative config the pods run with."""
+    last_measurements: Measurements | None = None
+    """Latest measurements of the control loop."""
+    last_decision: Decision | None = None
+    """Latest decision of the control loop."""
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata specops reads; the rest is ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: DnsName
+    namespace: DnsName = "default"
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class SpeculativeService(BaseModel):
+    """A whole SpeculativeService object, as read from a manifest or the API server."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    api_version: Literal["specops.io/v1alpha1"] = Field(
+        default="specops.io/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["SpeculativeService"] = "SpeculativeService"
+    metadata: ObjectMeta
+    spec: SpeculativeServiceSpec
+    status: SpeculativeServiceStatus | None = None

@@ -1,0 +1,27 @@
+"""Facts about the pinned vLLM release that specops must match exactly."""
+
+from specops.vllm._speculative_config import (
+    DEPRECATED_MTP_METHODS,
+    DYNAMIC_SCHEDULE_METHODS,
+    METHODS_NEEDING_DRAFT_MODEL,
+    METHODS_REFUSING_DRAFT_MODEL,
+    SPECULATION_METHODS,
+    VLLM_VERSION,
+    BatchSizeSchedule,
+    SpeculationMethod,
+    SpeculativeConfig,
+    VllmMethod,
+)
+
+__all__ = [
+    "DEPRECATED_MTP_METHODS",
+    "DYNAMIC_SCHEDULE_METHODS",
+    "METHODS_NEEDING_DRAFT_MODEL",
+    "METHODS_REFUSING_DRAFT_MODEL",
+    "SPECULATION_METHODS",
+    "VLLM_VERSION",
+    "BatchSizeSchedule",
+    "SpeculationMethod",
+    "SpeculativeConfig",
+    "VllmMethod",
+]
