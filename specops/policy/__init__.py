@@ -20,6 +20,7 @@ from specops.policy._choice import (
 from specops.policy._config import SCHEDULE_METHODS, ScheduleRange, SpecConfig, schedule_applies
 from specops.policy._cost import DraftCost, StepCostModel, StepShape
 from specops.policy._load import BatchDistribution
+from specops.policy._measure import acceptance_from_counters, draft_reach
 
 __all__ = [
     "SCHEDULE_METHODS",
@@ -38,9 +39,11 @@ __all__ = [
     "SpeedModel",
     "StepCostModel",
     "StepShape",
+    "acceptance_from_counters",
     "best_k_by_batch",
     "choose",
     "crossovers",
+    "draft_reach",
     "expected_tokens_geometric",
     "merge_ranges",
     "predict",

@@ -57,6 +57,17 @@ class BatchDistribution:
     def constant(cls, batch: int) -> BatchDistribution:
         return cls(((batch, 1.0),))
 
+    def mix(self, other: BatchDistribution, weight: float) -> BatchDistribution:
+        """``(1 - weight) * self + weight * other``: a running average over windows."""
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"mix weight must be in [0, 1], got {weight}")
+        merged: dict[int, float] = {}
+        for batch, w in self.weights:
+            merged[batch] = merged.get(batch, 0.0) + (1.0 - weight) * w
+        for batch, w in other.weights:
+            merged[batch] = merged.get(batch, 0.0) + weight * w
+        return BatchDistribution.from_weights(merged, samples=self.samples + other.samples)
+
     @property
     def mean(self) -> float:
         return sum(b * w for b, w in self.weights)

@@ -78,3 +78,34 @@ def test_ks_distance_is_the_largest_cdf_gap() -> None:
 def test_unknown_load_is_rejected() -> None:
     with pytest.raises(ValueError, match="load is unknown"):
         BatchDistribution.from_samples([0, 0])
+
+
+def test_mix_is_a_weighted_average() -> None:
+    a = BatchDistribution.from_weights({2: 1.0}, samples=10)
+    b = BatchDistribution.from_weights({4: 1.0}, samples=30)
+    mixed = a.mix(b, 0.25)
+    assert mixed.weights == ((2, 0.75), (4, 0.25))
+    assert mixed.samples == 40
+
+
+def test_acceptance_is_corrected_for_drafts_that_never_reached_a_position() -> None:
+    from specops.policy import DraftCost, StepCostModel, acceptance_from_counters, draft_reach
+
+    # constant 10 ms steps: drafts per second are proportional to weight * batch.
+    cost = StepCostModel(t_fixed=0.01, c_tok=0.0, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
+    table = SpecConfig.table([[1, 4, 2], [5, 16, 1]])
+    load = BatchDistribution.from_weights({2: 0.5, 8: 0.5})
+    # drafts/s: batch 2 -> 100 (k=2), batch 8 -> 400 (k=1): position 1 reached by 1/5
+    reach = draft_reach(table, load, cost, context_tokens=0)
+    assert reach == pytest.approx((1.0, 0.2))
+    # 1000 drafts, 600 accepted at position 0; 80 at position 1 out of the 200 that reached it
+    curve = acceptance_from_counters(1000, [600, 80], reach)
+    assert curve.rates == pytest.approx((0.6, 0.4))
+
+
+def test_positions_no_draft_reached_are_left_unmeasured() -> None:
+    from specops.policy import acceptance_from_counters
+
+    assert acceptance_from_counters(100, [50, 0, 0], (1.0, 0.0, 0.0)).rates == (0.5,)
+    with pytest.raises(ValueError, match="no drafts"):
+        acceptance_from_counters(0, [0], (1.0,))
