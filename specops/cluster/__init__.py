@@ -1,0 +1,39 @@
+"""A local Kubernetes control plane built from the real components, for e2e tests and the demo.
+
+kube-apiserver, kube-controller-manager and kube-scheduler are built from the Go
+modules of ``k8s.io/kubernetes`` and cached by version outside the repository; etcd
+comes from the system; kwok plays the nodes (fake GPU nodes whose pods become Ready).
+"""
+
+from specops.cluster._access import service_account_kubeconfig, user_kubeconfig
+from specops.cluster._build import ensure_binaries, find_etcd, find_go
+from specops.cluster._cluster import (
+    ClusterInfo,
+    ClusterOptions,
+    ClusterStatus,
+    ComponentStatus,
+    LocalCluster,
+    running_cluster,
+)
+from specops.cluster._config import GPU_RESOURCE, GPU_TAINT, KWOK_NODE_ANNOTATION
+from specops.cluster._layout import CacheLayout, RunFiles, Versions
+
+__all__ = [
+    "GPU_RESOURCE",
+    "GPU_TAINT",
+    "KWOK_NODE_ANNOTATION",
+    "CacheLayout",
+    "ClusterInfo",
+    "ClusterOptions",
+    "ClusterStatus",
+    "ComponentStatus",
+    "LocalCluster",
+    "RunFiles",
+    "Versions",
+    "ensure_binaries",
+    "find_etcd",
+    "find_go",
+    "running_cluster",
+    "service_account_kubeconfig",
+    "user_kubeconfig",
+]

@@ -1,0 +1,256 @@
+"""Build (once per version) and locate the control plane's executables.
+
+kube-apiserver, kube-controller-manager and kube-scheduler are compiled from the Go
+modules of ``k8s.io/kubernetes`` through a generated wrapper module; kwok is
+``go install``-ed; etcd comes from the system (Debian ``etcd-server``). Each build
+writes a stamp only when it has finished and checked itself, so an interrupted build
+is redone rather than trusted. With the stamps present nothing runs but a few stats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from specops.cluster._config import Binaries
+from specops.cluster._gomod import (
+    go_directives,
+    staging_modules,
+    staging_version,
+    version_ldflags,
+    wrapper_gomod,
+)
+from specops.cluster._layout import KUBE_BINARIES, CacheLayout, Versions
+from specops.errors import ClusterError
+
+__all__ = [
+    "KWOK_STAGES",
+    "Progress",
+    "ensure_binaries",
+    "find_etcd",
+    "find_go",
+    "kwok_stage_files",
+]
+
+Progress = Callable[[str], None]
+
+# kwok's default stages (its kustomize/stage tree): nodes become Ready and keep their
+# lease fresh, pods become Ready, finish, and go away when deleted.
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+
+_GO_HINT = (
+    "install Go 1.22 or newer (https://go.dev/dl/, e.g. into /usr/local/go) and put its bin"
+    " directory on PATH, or set SPECOPS_GO to the go executable; newer toolchains that"
+    " kubernetes asks for are fetched through the Go module proxy"
+)
+_ETCD_HINT = "install it with `apt-get install etcd-server`, or set SPECOPS_ETCD to an etcd binary"
+_PROGRESS_EVERY_S = 60.0
+_LOG_TAIL_LINES = 25
+
+
+def _jobs(env: Mapping[str, str]) -> str:
+    """Go build parallelism: low by default so the machine stays usable while building."""
+    return env.get("SPECOPS_BUILD_JOBS", "2")
+
+
+def find_go(env: Mapping[str, str] = os.environ) -> Path:
+    """The go executable: ``$SPECOPS_GO``, else ``go`` on PATH, else /usr/local/go/bin/go."""
+    for candidate in (env.get("SPECOPS_GO"), shutil.which("go", path=env.get("PATH"))):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    fallback = Path("/usr/local/go/bin/go")
+    if fallback.is_file():
+        return fallback
+    raise ClusterError(f"the Go toolchain is missing (no `go` on PATH): {_GO_HINT}")
+
+
+def find_etcd(env: Mapping[str, str] = os.environ) -> Path:
+    """The etcd executable: ``$SPECOPS_ETCD``, else ``etcd`` on PATH, else /usr/bin/etcd."""
+    for candidate in (env.get("SPECOPS_ETCD"), shutil.which("etcd", path=env.get("PATH"))):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    fallback = Path("/usr/bin/etcd")
+    if fallback.is_file():
+        return fallback
+    raise ClusterError(f"etcd is missing: {_ETCD_HINT}")
+
+
+def _go_env(go: Path, extra: Mapping[str, str] = {}) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{go.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["GOWORK"] = "off"
+    env.update(extra)
+    return env
+
+
+def _tail(log: Path) -> str:
+    lines = log.read_text(errors="replace").splitlines()
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+def _run_logged(
+    argv: list[str], *, cwd: Path, env: Mapping[str, str], log: Path, what: str, progress: Progress
+) -> None:
+    """Run a build step with its output in ``log``, saying every minute that it is still going."""
+    started = time.monotonic()
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT
+            )
+        except OSError as exc:
+            raise ClusterError(
+                f"could not run {argv[0]} to build {what}: {exc}; {_GO_HINT}"
+            ) from exc
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=_PROGRESS_EVERY_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    minutes = (time.monotonic() - started) / 60
+                    progress(f"  still building {what} ({minutes:.0f} min so far; log: {log})")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if code != 0:
+        raise ClusterError(
+            f"building {what} failed (exit {code}); the full log is {log}."
+            f" Last lines:\n{_tail(log)}"
+        )
+
+
+def _go_json(go: Path, args: list[str], what: str) -> dict[str, str]:
+    try:
+        done = subprocess.run(
+            [str(go), *args], env=_go_env(go), capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        raise ClusterError(
+            f"could not download {what} through the Go module proxy: {detail.strip()}"
+            " (check GOPROXY and network access to it)"
+        ) from exc
+    data = json.loads(done.stdout)
+    assert isinstance(data, dict)
+    return {k: v for k, v in data.items() if isinstance(v, str)}
+
+
+def _stamped(stamp: Path, expected: Mapping[str, str], outputs: list[Path]) -> bool:
+    if not stamp.is_file() or not all(p.is_file() for p in outputs):
+        return False
+    try:
+        return bool(json.loads(stamp.read_text()) == dict(expected))
+    except json.JSONDecodeError:
+        return False
+
+
+def _check_version(binary: Path, version: str) -> None:
+    try:
+        reported = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"the freshly built {binary} does not run: {exc}") from exc
+    if version not in reported.split():
+        raise ClusterError(
+            f"{binary} reports version {reported.strip()!r}, expected {version};"
+            " the version ldflags did not apply"
+        )
+
+
+def _ensure_kubernetes(layout: CacheLayout, version: str, progress: Progress) -> Path:
+    root = layout.kubernetes(version)
+    bin_dir, src, stamp = root / "bin", root / "src", root / "build.json"
+    expected = {"kubernetes": version, "ldflags": version_ldflags(version)}
+    if _stamped(stamp, expected, [bin_dir / b for b in KUBE_BINARIES]):
+        return bin_dir
+    go = find_go()
+    log = root / "build.log"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    src.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    progress(
+        f"Building {', '.join(KUBE_BINARIES)} {version} from the Go modules of k8s.io/kubernetes"
+        f" (once per version; about 15-25 min on 2 cores; log: {log})"
+    )
+    started = time.monotonic()
+    info = _go_json(go, ["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], "kubernetes")
+    upstream = Path(info["GoMod"]).read_text()
+    gomod = wrapper_gomod(version, staging_modules(upstream), go_directives(upstream))
+    (src / "go.mod").write_text(gomod)
+    progress(
+        f"  wrapper module {src} replaces {len(staging_modules(upstream))} staging modules"
+        f" with {staging_version(version)}"
+    )
+    argv = [str(go), "build", "-mod=mod", "-p", _jobs(os.environ), "-trimpath"]
+    argv += ["-ldflags", version_ldflags(version), "-o", f"{bin_dir}/"]
+    argv += [f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]
+    _run_logged(argv, cwd=src, env=_go_env(go), log=log, what="kubernetes", progress=progress)
+    for binary in KUBE_BINARIES:
+        _check_version(bin_dir / binary, version)
+    stamp.write_text(json.dumps(expected))
+    progress(f"  built kubernetes {version} in {(time.monotonic() - started) / 60:.1f} min")
+    return bin_dir
+
+
+def _ensure_kwok(layout: CacheLayout, version: str, progress: Progress) -> Path:
+    root = layout.kwok(version)
+    bin_dir, stages, stamp = root / "bin", root / "stages", root / "build.json"
+    expected = {"kwok": version, "stages": ",".join(KWOK_STAGES)}
+    outputs = [bin_dir / "kwok", *kwok_stage_files(layout, version)]
+    if _stamped(stamp, expected, outputs):
+        return root
+    go = find_go()
+    log = root / "build.log"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    stages.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    progress(f"Building kwok {version} with go install (once per version; a few minutes)")
+    started = time.monotonic()
+    info = _go_json(go, ["mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"], "kwok")
+    for stage in KWOK_STAGES:
+        shutil.copyfile(
+            Path(info["Dir"]) / "kustomize" / "stage" / stage, stages / stage.replace("/", "-")
+        )
+    argv = [str(go), "install", "-p", _jobs(os.environ), "-trimpath", "-ldflags", "-s -w"]
+    argv.append(f"sigs.k8s.io/kwok/cmd/kwok@{version}")
+    env = _go_env(go, {"GOBIN": str(bin_dir)})
+    _run_logged(argv, cwd=root, env=env, log=log, what="kwok", progress=progress)
+    stamp.write_text(json.dumps(expected))
+    progress(f"  built kwok {version} in {(time.monotonic() - started) / 60:.1f} min")
+    return root
+
+
+def kwok_stage_files(layout: CacheLayout, version: str) -> tuple[Path, ...]:
+    """Where the build keeps its copy of kwok's stage configs, in ``KWOK_STAGES`` order."""
+    stages = layout.kwok(version) / "stages"
+    return tuple(stages / stage.replace("/", "-") for stage in KWOK_STAGES)
+
+
+def ensure_binaries(layout: CacheLayout, versions: Versions, progress: Progress) -> Binaries:
+    """Every executable of the cluster, building what the cache lacks (Go only when it must)."""
+    etcd = find_etcd()
+    kube = _ensure_kubernetes(layout, versions.kubernetes, progress)
+    kwok = _ensure_kwok(layout, versions.kwok, progress)
+    return Binaries(
+        etcd=etcd,
+        kube_apiserver=kube / "kube-apiserver",
+        kube_controller_manager=kube / "kube-controller-manager",
+        kube_scheduler=kube / "kube-scheduler",
+        kwok=kwok / "bin" / "kwok",
+    )
