@@ -12,6 +12,7 @@ from specops import __version__
 # Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
 _SUBCOMMANDS: dict[str, str] = {
     "crd": "specops.cli._crd:crd",
+    "render": "specops.cli._render:render",
     "cluster": "specops.cli._cluster:cluster",
 }
 

@@ -1,0 +1,48 @@
+"""Pure rendering of a SpeculativeService into the Kubernetes objects it owns."""
+
+from specops.render._defaults import apply_defaults
+from specops.render._objects import (
+    ENGINE_PORT,
+    HASH_ANNOTATION,
+    SIDECAR_PORT,
+    RenderOptions,
+    child_labels,
+    render_deployment,
+    render_objects,
+    render_pdb,
+    render_pod_monitor,
+    render_service,
+    selector_labels,
+)
+from specops.render._plan import Plan, plan
+from specops.render._speculation import (
+    SpeculationInForce,
+    speculation_from_spec,
+    speculation_in_force,
+    speculation_spec_hash,
+    speculative_config_status,
+    vllm_speculative_config,
+)
+
+__all__ = [
+    "ENGINE_PORT",
+    "HASH_ANNOTATION",
+    "Plan",
+    "SIDECAR_PORT",
+    "RenderOptions",
+    "SpeculationInForce",
+    "apply_defaults",
+    "child_labels",
+    "plan",
+    "render_deployment",
+    "render_objects",
+    "render_pdb",
+    "render_pod_monitor",
+    "render_service",
+    "selector_labels",
+    "speculation_from_spec",
+    "speculation_in_force",
+    "speculation_spec_hash",
+    "speculative_config_status",
+    "vllm_speculative_config",
+]

@@ -1,0 +1,326 @@
+"""Pure renderers: a SpeculativeService spec plus the speculation in force -> Kubernetes objects.
+
+No I/O and no mutation: every function builds fresh dicts from frozen inputs, so the same
+inputs always give the same objects, and their hash (an annotation) tells the operator
+whether a child needs a write at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from specops import __version__
+from specops.api import SpeculativeServiceSpec
+from specops.render._speculation import SpeculationInForce, vllm_speculative_config
+
+__all__ = [
+    "ENGINE_PORT",
+    "HASH_ANNOTATION",
+    "SIDECAR_PORT",
+    "RenderOptions",
+    "child_labels",
+    "render_deployment",
+    "render_objects",
+    "render_pdb",
+    "render_pod_monitor",
+    "render_service",
+    "selector_labels",
+]
+
+Obj = dict[str, Any]
+
+ENGINE_PORT = 8000
+SIDECAR_PORT = 9090
+HASH_ANNOTATION = "specops.io/render-hash"
+SPECULATIVE_CONFIG_ANNOTATION = "specops.io/speculative-config"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Operator-level settings that are not part of any one SpeculativeService."""
+
+    sidecar_image: str = f"ghcr.io/specops/specops:{__version__}"
+    pod_monitor: bool = False
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """Labels that select the pods of one SpeculativeService (immutable in a Deployment)."""
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+
+
+def child_labels(name: str) -> dict[str, str]:
+    """Labels on every object specops creates for a SpeculativeService."""
+    return {
+        **selector_labels(name),
+        "app.kubernetes.io/managed-by": "specops",
+        "specops.io/service": name,
+    }
+
+
+def _metadata(name: str, namespace: str, owner: str) -> Obj:
+    return {"name": name, "namespace": namespace, "labels": child_labels(owner)}
+
+
+def _with_hash(obj: Obj) -> Obj:
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    metadata = {**obj["metadata"], "annotations": {HASH_ANNOTATION: digest}}
+    return {**obj, "metadata": metadata}
+
+
+def _http_probe(path: str, port: str, period: int, failures: int) -> Obj:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _engine_args(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) -> list[str]:
+    engine = spec.engine
+    args = [
+        spec.model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ENGINE_PORT),
+        "--served-model-name",
+        spec.served_model_name or spec.model,
+        "--tensor-parallel-size",
+        str(engine.tensor_parallel_size),
+        "--max-num-seqs",
+        str(engine.max_num_seqs),
+    ]
+    if engine.max_model_len is not None:
+        args += ["--max-model-len", str(engine.max_model_len)]
+    config = vllm_speculative_config(spec, speculation)
+    if config is not None:
+        args += ["--speculative-config", config.to_json()]
+    return args + list(engine.extra_args)
+
+
+def _engine_env(spec: SpeculativeServiceSpec) -> list[Obj]:
+    env: list[Obj] = [{"name": "HF_HOME", "value": spec.engine.model_cache.mount_path}]
+    token = spec.engine.hf_token_secret
+    if token is not None:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
+            }
+        )
+    return env + [var.model_dump(by_alias=True, exclude_none=True) for var in spec.engine.env]
+
+
+def _engine_resources(spec: SpeculativeServiceSpec) -> Obj:
+    gpus = str(spec.engine.gpus_per_pod)
+    user = spec.engine.resources
+    requests = {key: str(value) for key, value in ((user and user.requests) or {}).items()}
+    limits = {key: str(value) for key, value in ((user and user.limits) or {}).items()}
+    return {
+        "requests": {**requests, GPU_RESOURCE: gpus},
+        "limits": {**limits, GPU_RESOURCE: gpus},
+    }
+
+
+def _engine_container(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) -> Obj:
+    return {
+        "name": "vllm",
+        "image": spec.engine.image,
+        "command": ["vllm", "serve"],
+        "args": _engine_args(spec, speculation),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "env": _engine_env(spec),
+        "resources": _engine_resources(spec),
+        # The HTTP server starts only after the weights are loaded: allow 30 minutes.
+        "startupProbe": _http_probe("/health", "http", period=10, failures=180),
+        "readinessProbe": _http_probe("/health", "http", period=5, failures=3),
+        "livenessProbe": _http_probe("/health", "http", period=15, failures=4),
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "model-cache", "mountPath": spec.engine.model_cache.mount_path},
+        ],
+    }
+
+
+def _sidecar_container(
+    name: str, namespace: str, spec: SpeculativeServiceSpec, options: RenderOptions
+) -> Obj:
+    args = [
+        "--engine-url",
+        f"http://127.0.0.1:{ENGINE_PORT}",
+        "--port",
+        str(SIDECAR_PORT),
+        "--namespace",
+        namespace,
+        "--pod",
+        "$(POD_NAME)",
+        "--service",
+        name,
+    ]
+    if spec.metrics.source == "Prometheus" and spec.metrics.prometheus_url is not None:
+        args += ["--prometheus-url", spec.metrics.prometheus_url]
+    return {
+        "name": "specops-sidecar",
+        "image": options.sidecar_image,
+        "command": ["specops", "sidecar"],
+        "args": args,
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [{"name": "metrics", "containerPort": SIDECAR_PORT, "protocol": "TCP"}],
+        "readinessProbe": _http_probe("/healthz", "metrics", period=10, failures=3),
+        "livenessProbe": _http_probe("/healthz", "metrics", period=20, failures=3),
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def _volumes(spec: SpeculativeServiceSpec) -> list[Obj]:
+    cache = spec.engine.model_cache
+    if cache.claim_name is not None:
+        cache_volume: Obj = {"persistentVolumeClaim": {"claimName": cache.claim_name}}
+    elif cache.size_limit is not None:
+        cache_volume = {"emptyDir": {"sizeLimit": str(cache.size_limit)}}
+    else:
+        cache_volume = {"emptyDir": {}}
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": str(spec.engine.shm_size)}},
+        {"name": "model-cache", **cache_volume},
+    ]
+
+
+def render_deployment(
+    name: str,
+    namespace: str,
+    spec: SpeculativeServiceSpec,
+    speculation: SpeculationInForce,
+    options: RenderOptions,
+) -> Obj:
+    """The vLLM Deployment: engine plus sidecar; a spec change rolls with no capacity lost."""
+    config = vllm_speculative_config(spec, speculation)
+    pod_spec: Obj = {
+        "containers": [
+            _engine_container(spec, speculation),
+            _sidecar_container(name, namespace, spec, options),
+        ],
+        "volumes": _volumes(spec),
+    }
+    if spec.engine.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.engine.node_selector)
+    if spec.engine.tolerations:
+        pod_spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in spec.engine.tolerations
+        ]
+    return _with_hash(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(name, namespace, name),
+            "spec": {
+                "replicas": spec.replicas,
+                "selector": {"matchLabels": selector_labels(name)},
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+                },
+                "template": {
+                    "metadata": {
+                        "labels": child_labels(name),
+                        "annotations": {
+                            SPECULATIVE_CONFIG_ANNOTATION: "off"
+                            if config is None
+                            else config.to_json()
+                        },
+                    },
+                    "spec": pod_spec,
+                },
+            },
+        }
+    )
+
+
+def render_service(name: str, namespace: str) -> Obj:
+    """ClusterIP Service: the OpenAI API on 8000 and the sidecar's metrics on 9090."""
+    return _with_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _metadata(name, namespace, name),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector_labels(name),
+                "ports": [
+                    {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"},
+                    {
+                        "name": "metrics",
+                        "port": SIDECAR_PORT,
+                        "targetPort": "metrics",
+                        "protocol": "TCP",
+                    },
+                ],
+            },
+        }
+    )
+
+
+def render_pdb(name: str, namespace: str) -> Obj:
+    """At most one pod voluntarily evicted at a time (each holds GPUs and a loaded model)."""
+    return _with_hash(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _metadata(f"{name}-pdb", namespace, name),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(name)}},
+        }
+    )
+
+
+def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) -> Obj:
+    """PodMonitor scraping vLLM's and the sidecar's /metrics (Prometheus Operator)."""
+    interval = f"{spec.metrics.scrape_interval_seconds}s"
+    return _with_hash(
+        {
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": _metadata(name, namespace, name),
+            "spec": {
+                "selector": {"matchLabels": selector_labels(name)},
+                "podMetricsEndpoints": [
+                    {"port": "http", "path": "/metrics", "interval": interval},
+                    {"port": "metrics", "path": "/metrics", "interval": interval},
+                ],
+            },
+        }
+    )
+
+
+def render_objects(
+    name: str,
+    namespace: str,
+    spec: SpeculativeServiceSpec,
+    speculation: SpeculationInForce,
+    options: RenderOptions,
+) -> list[Obj]:
+    """Every child of a SpeculativeService, in apply order."""
+    objects = [
+        render_deployment(name, namespace, spec, speculation, options),
+        render_service(name, namespace),
+        render_pdb(name, namespace),
+    ]
+    if options.pod_monitor:
+        objects.append(render_pod_monitor(name, namespace, spec))
+    return objects

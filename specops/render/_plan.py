@@ -1,0 +1,32 @@
+"""Everything the operator would create for one SpeculativeService, from the object alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specops.api import SpeculativeService, SpeculativeServiceSpec
+from specops.render._defaults import apply_defaults
+from specops.render._objects import RenderOptions, render_objects
+from specops.render._speculation import SpeculationInForce, speculation_in_force
+
+__all__ = ["Plan", "plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The defaulted spec, the speculation chosen for it and the rendered children."""
+
+    spec: SpeculativeServiceSpec
+    speculation: SpeculationInForce
+    objects: tuple[dict[str, Any], ...]
+
+
+def plan(service: SpeculativeService, options: RenderOptions) -> Plan:
+    """Apply defaults, pick the speculation in force (status first, else spec), render."""
+    spec = apply_defaults(service.spec)
+    status_config = service.status.speculative_config if service.status else None
+    speculation = speculation_in_force(spec, status_config)
+    name, namespace = service.metadata.name, service.metadata.namespace
+    objects = render_objects(name, namespace, spec, speculation, options)
+    return Plan(spec=spec, speculation=speculation, objects=tuple(objects))

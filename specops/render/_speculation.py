@@ -1,0 +1,159 @@
+"""The speculation the pods run with: from the spec at first, later as the controller chose it.
+
+A :class:`SpeculationInForce` is an explicit render input, so the renderer never decides
+policy. :func:`speculation_in_force` picks the controller's choice stored in
+``status.speculativeConfig`` when it is still valid for the spec, and the spec's own
+starting point otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from specops.api import BatchSizeRange, SpeculativeConfigStatus, SpeculativeServiceSpec
+from specops.vllm import BatchSizeSchedule, SpeculativeConfig
+
+__all__ = [
+    "SpeculationInForce",
+    "speculation_from_spec",
+    "speculation_in_force",
+    "speculation_spec_hash",
+    "speculative_config_status",
+    "vllm_speculative_config",
+]
+
+
+@dataclass(frozen=True)
+class SpeculationInForce:
+    """Off, one k for every batch, or a per-batch-size table of k; plus the draft model."""
+
+    enabled: bool
+    num_speculative_tokens: int = 0
+    schedule: BatchSizeSchedule | None = None
+    draft_model: str | None = None
+
+    @classmethod
+    def off(cls) -> SpeculationInForce:
+        """No --speculative-config: the draft model is not even loaded."""
+        return cls(enabled=False)
+
+    @property
+    def cap(self) -> int:
+        """vLLM's num_speculative_tokens: k, or the largest k of the schedule."""
+        if self.schedule:
+            return max(k for _, _, k in self.schedule)
+        return self.num_speculative_tokens
+
+
+def speculation_spec_hash(spec: SpeculativeServiceSpec) -> str:
+    """Hash of spec.speculation; a controller choice is valid only under the same hash."""
+    canonical = json.dumps(spec.speculation.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpeculationInForce:
+    """The starting point: Off, or k = initial, with the initial schedule when enabled."""
+    speculation = spec.speculation
+    if speculation.mode == "Off":
+        return SpeculationInForce.off()
+    k = speculation.num_speculative_tokens.initial
+    schedule: BatchSizeSchedule | None = None
+    if speculation.per_batch_size_schedule:
+        ranges = speculation.initial_schedule or [
+            BatchSizeRange(
+                min_batch_size=1, max_batch_size=spec.engine.max_num_seqs, num_speculative_tokens=k
+            )
+        ]
+        schedule = tuple(
+            (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens)
+            for r in sorted(ranges, key=lambda r: r.min_batch_size)
+        )
+    return SpeculationInForce(
+        enabled=True,
+        num_speculative_tokens=k,
+        schedule=schedule,
+        draft_model=speculation.draft_model,
+    )
+
+
+def _from_status(status: SpeculativeConfigStatus) -> SpeculationInForce:
+    if not status.enabled:
+        return SpeculationInForce.off()
+    schedule = (
+        tuple(
+            (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in status.schedule
+        )
+        if status.schedule
+        else None
+    )
+    return SpeculationInForce(
+        enabled=True,
+        num_speculative_tokens=status.num_speculative_tokens,
+        schedule=schedule,
+        draft_model=status.draft_model,
+    )
+
+
+def speculation_in_force(
+    spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
+) -> SpeculationInForce:
+    """The controller's choice in mode Auto while the spec it was made for is unchanged."""
+    if (
+        status is not None
+        and status.source == "Controller"
+        and spec.speculation.mode == "Auto"
+        and status.spec_hash == speculation_spec_hash(spec)
+    ):
+        return _from_status(status)
+    return speculation_from_spec(spec)
+
+
+def vllm_speculative_config(
+    spec: SpeculativeServiceSpec, speculation: SpeculationInForce
+) -> SpeculativeConfig | None:
+    """The --speculative-config for the pods, or None when speculation is off."""
+    if not speculation.enabled:
+        return None
+    return SpeculativeConfig(
+        method=spec.speculation.method,
+        model=speculation.draft_model,
+        num_speculative_tokens=speculation.cap,
+        num_speculative_tokens_per_batch_size=speculation.schedule,
+        prompt_lookup_min=spec.speculation.prompt_lookup_min,
+        prompt_lookup_max=spec.speculation.prompt_lookup_max,
+        draft_tensor_parallel_size=spec.speculation.draft_tensor_parallel_size,
+    )
+
+
+def speculative_config_status(
+    spec: SpeculativeServiceSpec,
+    speculation: SpeculationInForce,
+    source: Literal["Spec", "Controller"],
+) -> SpeculativeConfigStatus:
+    """status.speculativeConfig for a speculation: structured, and the exact JSON vLLM gets."""
+    config = vllm_speculative_config(spec, speculation)
+    if config is None:
+        return SpeculativeConfigStatus(
+            enabled=False, source=source, spec_hash=speculation_spec_hash(spec)
+        )
+    schedule = (
+        [
+            BatchSizeRange(min_batch_size=start, max_batch_size=end, num_speculative_tokens=k)
+            for start, end, k in speculation.schedule
+        ]
+        if speculation.schedule
+        else None
+    )
+    return SpeculativeConfigStatus(
+        enabled=True,
+        method=spec.speculation.method,
+        draft_model=speculation.draft_model,
+        num_speculative_tokens=speculation.cap,
+        schedule=schedule,
+        json_=config.to_json(),
+        source=source,
+        spec_hash=speculation_spec_hash(spec),
+    )
