@@ -87,17 +87,24 @@ class BatchDistribution:
                 return batch
         return self.max_batch
 
-    def ks_distance(self, other: BatchDistribution) -> float:
-        """Kolmogorov-Smirnov distance: the largest gap between the two CDFs, in [0, 1]."""
-        mine = dict(self.weights)
-        theirs = dict(other.weights)
-        gap = 0.0
-        cdf_mine = cdf_theirs = 0.0
-        for batch in sorted(mine.keys() | theirs.keys()):
-            cdf_mine += mine.get(batch, 0.0)
-            cdf_theirs += theirs.get(batch, 0.0)
-            gap = max(gap, abs(cdf_mine - cdf_theirs))
-        return gap
+    def cdf(self, batch: float) -> float:
+        """Share of the weight at batch sizes <= ``batch``."""
+        return sum(w for b, w in self.weights if b <= batch)
+
+    def shift_distance(self, other: BatchDistribution, slack: float = 0.0) -> float:
+        """Kolmogorov-Smirnov distance that ignores moves within a factor ``1 + slack``.
+
+        The largest share of weight that sits more than the slack away from where the
+        other distribution has it, in [0, 1]; with no slack it is the plain KS distance.
+        A steady load wobbling between batch 31 and 33 is no new regime, a move from 32 to
+        64 is, which the plain KS distance (1.0 for both) cannot tell apart.
+        """
+        if slack < 0:
+            raise ValueError(f"slack must be >= 0, got {slack}")
+        stretch = 1.0 + slack
+        ahead = max(other.cdf(b) - self.cdf(b * stretch) for b, _ in other.weights)
+        behind = max(self.cdf(b) - other.cdf(b * stretch) for b, _ in self.weights)
+        return max(ahead, behind, 0.0)
 
     def describe(self) -> str:
         return f"median batch {self.quantile(0.5)}, p90 {self.quantile(0.9)}, mean {self.mean:.1f}"

@@ -67,12 +67,24 @@ def test_batch_distribution_from_samples_drops_idle_time() -> None:
     assert load.quantile(0.9) == 8
 
 
-def test_ks_distance_is_the_largest_cdf_gap() -> None:
+def test_shift_distance_without_slack_is_the_ks_distance() -> None:
     a = BatchDistribution.from_weights({2: 0.5, 4: 0.5})
     b = BatchDistribution.from_weights({4: 0.5, 8: 0.5})
     # CDFs at 2, 4, 8: a = .5, 1, 1; b = 0, .5, 1
-    assert a.ks_distance(b) == pytest.approx(0.5)
-    assert a.ks_distance(a) == 0.0
+    assert a.shift_distance(b) == pytest.approx(0.5)
+    assert b.shift_distance(a) == pytest.approx(0.5)
+    assert a.shift_distance(a) == 0.0
+
+
+def test_shift_distance_ignores_moves_within_the_slack() -> None:
+    steady = BatchDistribution.from_weights({31: 0.5, 32: 0.5})
+    wobble = BatchDistribution.from_weights({33: 1.0})
+    doubled = BatchDistribution.from_weights({64: 1.0})
+    assert steady.shift_distance(wobble) == 1.0
+    assert steady.shift_distance(wobble, slack=0.25) == 0.0
+    assert steady.shift_distance(doubled, slack=0.25) == 1.0
+    half_moved = BatchDistribution.from_weights({32: 0.5, 64: 0.5})
+    assert steady.shift_distance(half_moved, slack=0.25) == pytest.approx(0.5)
 
 
 def test_unknown_load_is_rejected() -> None:

@@ -1,0 +1,108 @@
+"""Load regimes: when the load has really changed, and since when.
+
+A restart pays off only over the time the load stays as it is, so the controller needs
+to know when the current regime began, and must not mistake noise for a new one. Each
+window is compared with a running average of the regime's windows: the batch-size
+distribution by a KS distance that ignores moves within a slack factor, the acceptance
+by its relative change. Only ``confirmations`` disagreeing windows in a row start a new
+regime, dated from the first of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specops.policy import AcceptanceCurve, BatchDistribution
+
+__all__ = ["Regime", "RegimeSettings", "track_regime"]
+
+
+@dataclass(frozen=True)
+class RegimeSettings:
+    """How different a window must be, and how many in a row, to start a new regime."""
+
+    distance: float = 0.4
+    slack: float = 0.25
+    acceptance_shift: float = 0.08
+    confirmations: int = 2
+    memory: int = 10
+
+    def __post_init__(self) -> None:
+        if not 0 < self.distance <= 1:
+            raise ValueError(f"regime distance must be in (0, 1], got {self.distance}")
+        if self.confirmations < 1 or self.memory < 1:
+            raise ValueError("regime confirmations and memory must be >= 1")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The current regime: its averaged load and acceptance, when it began, doubts so far.
+
+    ``drafts`` counts the drafts behind the averaged acceptance, its statistical weight.
+    """
+
+    load: BatchDistribution
+    acceptance: AcceptanceCurve | None
+    started_at: float
+    drafts: float = 0.0
+    windows: int = 1
+    doubted_since: float | None = None
+    doubts: int = 0
+
+    def age(self, now: float) -> float:
+        return max(now - self.started_at, 0.0)
+
+
+def _acceptance_moved(
+    before: AcceptanceCurve | None, now: AcceptanceCurve | None, threshold: float
+) -> bool:
+    if before is None or now is None:
+        return False
+    positions = min(before.measured_positions, now.measured_positions)
+    old, new = before.expected_tokens(positions), now.expected_tokens(positions)
+    return abs(new / old - 1.0) > threshold
+
+
+def _blend(
+    before: AcceptanceCurve | None, now: AcceptanceCurve | None, weight: float
+) -> AcceptanceCurve | None:
+    if before is None or now is None:
+        return now if now is not None else before
+    positions = min(before.measured_positions, now.measured_positions)
+    rates = [(1 - weight) * before.rates[i] + weight * now.rates[i] for i in range(positions)]
+    return AcceptanceCurve(tuple(rates))
+
+
+def track_regime(
+    regime: Regime | None,
+    load: BatchDistribution,
+    acceptance: AcceptanceCurve | None,
+    drafts: float,
+    at: float,
+    settings: RegimeSettings,
+) -> tuple[Regime, bool]:
+    """Fold one window into the regime; the flag says a new regime began with it.
+
+    ``acceptance`` is None when the window had too few drafts to measure it.
+    """
+    if regime is None:
+        return Regime(load, acceptance, at, drafts if acceptance is not None else 0.0), True
+    moved = regime.load.shift_distance(load, settings.slack) > settings.distance or (
+        _acceptance_moved(regime.acceptance, acceptance, settings.acceptance_shift)
+    )
+    if moved:
+        since = regime.doubted_since if regime.doubted_since is not None else at
+        if regime.doubts + 1 >= settings.confirmations:
+            return Regime(load, acceptance, since, drafts if acceptance is not None else 0.0), True
+        return replace(regime, doubted_since=since, doubts=regime.doubts + 1), False
+    weight = 1.0 / min(regime.windows + 1, settings.memory)
+    return (
+        Regime(
+            load=regime.load.mix(load, weight),
+            acceptance=_blend(regime.acceptance, acceptance, weight),
+            started_at=regime.started_at,
+            drafts=regime.drafts + (drafts if acceptance is not None else 0.0),
+            windows=regime.windows + 1,
+        ),
+        False,
+    )

@@ -1,0 +1,220 @@
+"""The slow loop against a cost model simple enough to check by hand.
+
+Step time 10 ms + 1 ms per batched token; per-token acceptance 0.5. At batch 4 with one
+k (n-gram): k=1 gives 6/18 tokens per ms, k=3 7.5/26, so moving from k=3 to k=1 gains
+(6/18) / (7.5/26) - 1 = 15.6 %.
+"""
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from specops.control import (
+    Action,
+    ControllerState,
+    ControlSettings,
+    Mode,
+    Observation,
+    ServiceModel,
+    decide,
+)
+from specops.policy import AcceptanceCurve, BatchDistribution, DraftCost, SpecConfig, StepCostModel
+
+COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
+NGRAM = ServiceModel(method="ngram", cost=COST, max_batch=64)
+EAGLE = ServiceModel(method="eagle3", cost=COST, max_batch=64)
+SETTINGS = ControlSettings(
+    k_max=3, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
+)
+GAIN_K3_TO_K1 = (6 / 18) / (7.5 / 26) - 1
+
+
+def _window(end: float, batches: list[int], k: int = 3, alpha: float = 0.5) -> Observation:
+    drafts = 10_000.0 if k else 0.0
+    return Observation(
+        window_end=end,
+        load=BatchDistribution.from_samples(batches),
+        context_tokens=0,
+        num_drafts=drafts,
+        accepted_per_position=tuple(drafts * alpha ** (i + 1) for i in range(k)),
+    )
+
+
+def _steady(end: float, batch: int = 4, k: int = 3) -> Observation:
+    return _window(end, [batch] * 60, k)
+
+
+def test_reconfigures_when_the_gain_over_the_regime_beats_the_restart() -> None:
+    decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 0)
+    assert decision.action is Action.RECONFIGURE
+    assert decision.config == SpecConfig.static(1)
+    assert decision.applied
+    assert decision.predicted_gain == pytest.approx(GAIN_K3_TO_K1)
+    # a new regime is expected to last regime_min_s = 600 s
+    assert decision.gain_s == pytest.approx(GAIN_K3_TO_K1 * 600)
+    assert decision.state.rollout is not None
+    assert decision.state.last_good == SpecConfig.static(3)
+    assert [c.k for c in decision.crossovers] == [1, 2, 3]
+
+
+def test_keeps_the_config_when_the_restart_costs_more_than_the_gain() -> None:
+    costly = replace(SETTINGS, restart_cost_s=100.0)  # 94 s of gain < 2 x 100 s
+    decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, costly, 0)
+    assert decision.action is Action.KEEP
+    assert decision.config == SpecConfig.static(3)
+    assert decision.recommended == SpecConfig.static(1)
+    assert "does not pay" in decision.reason
+
+
+def test_a_long_lived_regime_eventually_pays_for_the_restart() -> None:
+    costly = replace(SETTINGS, restart_cost_s=100.0)
+    state = ControllerState.initial(SpecConfig.static(3))
+    actions = []
+    for t in range(0, 3001, 300):
+        decision = decide(state, _steady(t), NGRAM, costly, t)
+        state = decision.state
+        actions.append(decision.action)
+    # 2 x 100 s of restart needs 200 / 0.156 = 1283 s of regime: first paid at t = 1500
+    assert actions.index(Action.RECONFIGURE) == 5
+    assert actions.count(Action.RECONFIGURE) == 1
+
+
+def test_stale_measurements_hold_the_last_good_config() -> None:
+    decision = decide(
+        ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 500
+    )
+    assert decision.action is Action.WITHHOLD
+    assert decision.config == SpecConfig.static(3)
+    assert "500s old" in decision.reason
+
+
+def test_too_few_load_samples_withhold() -> None:
+    thin = _window(0, [4, 4, 0, 0])
+    decision = decide(ControllerState.initial(SpecConfig.static(3)), thin, NGRAM, SETTINGS, 0)
+    assert decision.action is Action.WITHHOLD
+    assert "2 busy load samples" in decision.reason
+
+
+def test_unknown_acceptance_withholds_unless_a_prior_is_given() -> None:
+    off = ControllerState.initial(SpecConfig.off())
+    decision = decide(off, _steady(0, k=0), NGRAM, SETTINGS, 0)
+    assert decision.action is Action.WITHHOLD
+    assert "acceptance is unknown" in decision.reason
+    with_prior = replace(NGRAM, prior_acceptance=AcceptanceCurve.geometric(0.5, 3))
+    decision = decide(off, _steady(0, k=0), with_prior, SETTINGS, 0)
+    assert decision.action is Action.RECONFIGURE
+    assert decision.config == SpecConfig.static(1)
+
+
+def test_minimum_dwell_and_hourly_cap_withhold() -> None:
+    state = replace(ControllerState.initial(SpecConfig.static(3)), last_change_at=-100.0)
+    decision = decide(state, _steady(0), NGRAM, SETTINGS, 0)
+    assert decision.action is Action.WITHHOLD
+    assert "minimum dwell" in decision.reason
+    capped = replace(
+        ControllerState.initial(SpecConfig.static(3)),
+        changes=(-3000.0, -2500.0, -2000.0, -1500.0),
+        last_change_at=-1500.0,
+    )
+    decision = decide(capped, _steady(0), NGRAM, SETTINGS, 0)
+    assert decision.action is Action.WITHHOLD
+    assert "cap of 4" in decision.reason
+
+
+@pytest.mark.parametrize("mode", [Mode.FIXED, Mode.OFF])
+def test_fixed_and_off_never_change(mode: Mode) -> None:
+    state = ControllerState.initial(SpecConfig.static(3))
+    decision = decide(state, _steady(0), NGRAM, replace(SETTINGS, mode=mode), 0)
+    assert decision.action is Action.KEEP
+    assert decision.config == SpecConfig.static(3)
+    assert decision.recommended == SpecConfig.static(1)
+    assert not decision.applied
+
+
+def test_advise_publishes_the_recommendation_only() -> None:
+    state = ControllerState.initial(SpecConfig.static(3))
+    decision = decide(state, _steady(0), NGRAM, replace(SETTINGS, mode=Mode.ADVISE), 0)
+    assert decision.action is Action.WITHHOLD
+    assert not decision.applied
+    assert decision.recommended == SpecConfig.static(1)
+    assert decision.state.config == SpecConfig.static(3)
+    assert "mode Advise" in decision.reason
+
+
+def test_rollout_completes_and_its_duration_becomes_the_restart_cost() -> None:
+    started = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 0)
+    waiting = decide(started.state, replace(_steady(60), pods_ready=False), NGRAM, SETTINGS, 60)
+    assert waiting.action is Action.WITHHOLD
+    assert "in progress" in waiting.reason
+    ready = decide(waiting.state, _steady(90, k=1), NGRAM, SETTINGS, 90)
+    assert ready.action is Action.KEEP
+    assert ready.state.rollout is None
+    assert ready.state.last_good == SpecConfig.static(1)
+    assert ready.state.rollout_durations == (90.0,)
+    later = decide(ready.state, _steady(1000, k=1), NGRAM, SETTINGS, 1000)
+    assert later.restart_cost_s == pytest.approx(90.0)
+    assert later.action is Action.KEEP
+
+
+def test_rollback_when_new_pods_are_not_ready_then_cooldown() -> None:
+    started = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 0)
+    not_ready = replace(_steady(1000), pods_ready=False)
+    back = decide(started.state, not_ready, NGRAM, SETTINGS, 1000)
+    assert back.action is Action.ROLLBACK
+    assert back.config == SpecConfig.static(3)
+    assert back.applied
+    # the k=1 recommendation still pays, but the cooldown holds the last good config
+    again = decide(back.state, _steady(1400), NGRAM, SETTINGS, 1400)
+    assert again.action is Action.WITHHOLD
+    assert "cooling down" in again.reason
+    assert again.config == SpecConfig.static(3)
+
+
+def _noisy(end: float, rng: random.Random, mean: int, k: int) -> Observation:
+    batches = [max(1, round(rng.gauss(mean, mean * 0.15))) for _ in range(60)]
+    drafts = 5000
+    accepted = []
+    survivors = drafts
+    for _ in range(k):
+        survivors = sum(rng.random() < 0.5 for _ in range(survivors))
+        accepted.append(float(survivors))
+    return Observation(
+        end, BatchDistribution.from_samples(batches), 0, float(drafts), tuple(accepted)
+    )
+
+
+def test_stationary_noisy_load_causes_no_flapping() -> None:
+    rng = random.Random(7)
+    state = ControllerState.initial(SpecConfig.static(3))
+    actions = []
+    for tick in range(120):
+        now = 30.0 * tick
+        decision = decide(
+            state, _noisy(now, rng, 6, state.config.num_speculative_tokens), EAGLE, SETTINGS, now
+        )
+        state = decision.state
+        actions.append(decision.action)
+    assert actions.count(Action.RECONFIGURE) == 1
+    assert actions[0] is Action.RECONFIGURE
+
+
+def test_one_reconfiguration_per_regime_change() -> None:
+    rng = random.Random(11)
+    state = ControllerState.initial(SpecConfig.static(1))
+    reconfigured_at = []
+    regimes = []
+    for tick in range(240):
+        now = 30.0 * tick
+        mean = 4 if tick < 80 else 50 if tick < 160 else 4
+        obs = _noisy(now, rng, mean, state.config.num_speculative_tokens)
+        decision = decide(state, obs, NGRAM, SETTINGS, now)
+        if decision.action is Action.RECONFIGURE:
+            reconfigured_at.append(tick)
+        if decision.new_regime:
+            regimes.append(tick)
+        state = decision.state
+    # batch 50 lies above every crossover (k=1 crosses at 10): off, then back to k=1
+    assert len(regimes) == 3
+    assert len(reconfigured_at) == 2
+    assert 80 < reconfigured_at[0] < 160 < reconfigured_at[1]
