@@ -1,5 +1,12 @@
 """Facts about the pinned vLLM release that specops must match exactly."""
 
+from specops.vllm._metrics import (
+    ENGINE_LABELS,
+    ENGINE_METRICS,
+    FINISH_REASONS,
+    MetricSpec,
+    bucket_bounds,
+)
 from specops.vllm._speculative_config import (
     DEPRECATED_MTP_METHODS,
     DYNAMIC_SCHEDULE_METHODS,
@@ -16,12 +23,17 @@ from specops.vllm._speculative_config import (
 __all__ = [
     "DEPRECATED_MTP_METHODS",
     "DYNAMIC_SCHEDULE_METHODS",
+    "ENGINE_LABELS",
+    "ENGINE_METRICS",
+    "FINISH_REASONS",
     "METHODS_NEEDING_DRAFT_MODEL",
     "METHODS_REFUSING_DRAFT_MODEL",
     "SPECULATION_METHODS",
     "VLLM_VERSION",
     "BatchSizeSchedule",
+    "MetricSpec",
     "SpeculationMethod",
     "SpeculativeConfig",
     "VllmMethod",
+    "bucket_bounds",
 ]

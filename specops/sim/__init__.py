@@ -1,0 +1,77 @@
+"""The simulated vLLM engine: one discrete-event core, driven in virtual or real time.
+
+Stable API (the policy benchmark drives it; keep these names and meanings)::
+
+    from specops.profiles import get_profile
+    from specops.sim import (EngineConfig, SimulatedEngine, Workload, load_workload,
+                             parse_speculative_config, run_closed_loop, run_open_loop)
+
+    engine = SimulatedEngine(
+        get_profile("llama3.1-8b-h100"),
+        Workload(load_workload("sharegpt"), seed=0),
+        EngineConfig(max_num_seqs=256, speculative=parse_speculative_config(
+            '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",'
+            ' "num_speculative_tokens": 3}')),
+    )
+    engine.add_request(arrival=0.0)        # lengths and acceptance from the workload
+    engine.run_until(60.0)                 # virtual seconds; idle time jumps
+    engine.restart(other_config, downtime_s=90.0)   # requeue all work, serve nothing for 90 s
+    engine.take_finished()                 # FinishedRequest: ttft, tpot, e2e, queue time...
+    engine.metrics()                       # EngineMetrics keyed by vLLM metric names
+
+``engine.now`` is the clock (seconds); ``step()`` runs one step and returns a StepResult
+(its start and end, decode batch, k, tokens per request when ``track_tokens=True``,
+finished requests). The engine never reads a clock and does no I/O: the HTTP server
+(``specops sim serve``) paces ``step()`` against real time.
+"""
+
+from specops.sim._drive import ClosedLoopResult, run_closed_loop, run_open_loop
+from specops.sim._engine import (
+    EngineConfig,
+    FinishedRequest,
+    SimulatedEngine,
+    StepResult,
+    k_lookup_table,
+    parse_speculative_config,
+)
+from specops.sim._metrics import EngineMetrics, HistogramSnapshot
+from specops.sim._workload import (
+    BUILTIN_WORKLOADS,
+    DrawnRequest,
+    LengthDistribution,
+    MixPhase,
+    ParametricComponent,
+    TraceComponent,
+    TraceSet,
+    Workload,
+    WorkloadSpec,
+    load_trace_set,
+    load_workload,
+    replay,
+)
+
+__all__ = [
+    "BUILTIN_WORKLOADS",
+    "ClosedLoopResult",
+    "DrawnRequest",
+    "EngineConfig",
+    "EngineMetrics",
+    "FinishedRequest",
+    "HistogramSnapshot",
+    "LengthDistribution",
+    "MixPhase",
+    "ParametricComponent",
+    "SimulatedEngine",
+    "StepResult",
+    "TraceComponent",
+    "TraceSet",
+    "Workload",
+    "WorkloadSpec",
+    "k_lookup_table",
+    "load_trace_set",
+    "load_workload",
+    "parse_speculative_config",
+    "replay",
+    "run_closed_loop",
+    "run_open_loop",
+]

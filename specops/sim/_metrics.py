@@ -1,0 +1,118 @@
+"""The engine's metric accumulators, kept as vLLM defines them but without prometheus-client.
+
+The core counts in plain integers and bucket arrays (fast enough to observe a whole batch
+per step); the HTTP shell turns a snapshot into vLLM's exposition with prometheus-client.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from specops.vllm._metrics import ENGINE_METRICS, FINISH_REASONS, bucket_bounds
+
+__all__ = [
+    "EngineMetrics",
+    "HistogramSnapshot",
+    "MetricsRecorder",
+]
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """Upper bounds (no +Inf), cumulative counts per bound then +Inf, and the sum."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    total: float
+
+    @property
+    def count(self) -> int:
+        return self.cumulative[-1]
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """A consistent reading of every metric, keyed by vLLM's registered names."""
+
+    counters: Mapping[str, int]
+    accepted_per_position: tuple[int, ...]
+    success: Mapping[str, int]
+    gauges: Mapping[str, float]
+    histograms: Mapping[str, HistogramSnapshot]
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """vLLM's 1 + accepted / drafts (nan before the first draft)."""
+        drafts = self.counters["vllm:spec_decode_num_drafts"]
+        if drafts == 0:
+            return float("nan")
+        return 1.0 + self.counters["vllm:spec_decode_num_accepted_tokens"] / drafts
+
+
+class _Histogram:
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts: npt.NDArray[np.int64] = np.zeros(len(bounds) + 1, dtype=np.int64)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def observe_many(self, values: npt.NDArray[np.float64]) -> None:
+        if values.size:
+            index = np.searchsorted(self.bounds, values, side="left")
+            self.counts += np.bincount(index, minlength=self.counts.size)
+            self.total += float(values.sum())
+
+    def snapshot(self) -> HistogramSnapshot:
+        cumulative = tuple(int(c) for c in np.cumsum(self.counts))
+        return HistogramSnapshot(self.bounds, cumulative, self.total)
+
+
+class MetricsRecorder:
+    """Mutable accumulators owned by one engine; ``snapshot`` gives an immutable copy."""
+
+    def __init__(self, max_model_len: int) -> None:
+        self.counters: dict[str, int] = {
+            name: 0 for name, spec in ENGINE_METRICS.items() if spec.kind == "counter"
+        }
+        del self.counters["vllm:request_success"]
+        del self.counters["vllm:spec_decode_num_accepted_tokens_per_pos"]
+        self.accepted_per_position: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.num_positions = 0
+        self.success: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
+        self.gauges: dict[str, float] = {
+            name: 0.0 for name, spec in ENGINE_METRICS.items() if spec.kind == "gauge"
+        }
+        self.histograms: dict[str, _Histogram] = {
+            name: _Histogram(bucket_bounds(spec.buckets or "", max_model_len))
+            for name, spec in ENGINE_METRICS.items()
+            if spec.kind == "histogram"
+        }
+
+    def set_positions(self, positions: int) -> None:
+        """Export ``positions`` per-position counters (vLLM: num_speculative_tokens)."""
+        if positions > self.accepted_per_position.size:
+            grown = np.zeros(positions, dtype=np.int64)
+            grown[: self.accepted_per_position.size] = self.accepted_per_position
+            self.accepted_per_position = grown
+        self.num_positions = positions
+
+    def snapshot(self) -> EngineMetrics:
+        return EngineMetrics(
+            counters=dict(self.counters),
+            accepted_per_position=tuple(
+                int(c) for c in self.accepted_per_position[: self.num_positions]
+            ),
+            success=dict(self.success),
+            gauges=dict(self.gauges),
+            histograms={name: h.snapshot() for name, h in self.histograms.items()},
+        )
