@@ -1,0 +1,7 @@
+"""The specops operator: kopf handlers around the pure renderers of specops.render."""
+
+from specops_operator._kube import Kube, KubeApiError
+from specops_operator._reconcile import ChildWrite, Outcome, covers, reconcile
+from specops_operator._status import desired_status
+
+__all__ = ["ChildWrite", "Kube", "KubeApiError", "Outcome", "covers", "desired_status", "reconcile"]

@@ -17,6 +17,7 @@ from specops.render._objects import (
 from specops.render._plan import Plan, plan
 from specops.render._speculation import (
     SpeculationInForce,
+    controller_choice_applies,
     speculation_from_spec,
     speculation_in_force,
     speculation_spec_hash,
@@ -27,12 +28,13 @@ from specops.render._speculation import (
 __all__ = [
     "ENGINE_PORT",
     "HASH_ANNOTATION",
-    "Plan",
     "SIDECAR_PORT",
+    "Plan",
     "RenderOptions",
     "SpeculationInForce",
     "apply_defaults",
     "child_labels",
+    "controller_choice_applies",
     "plan",
     "render_deployment",
     "render_objects",

@@ -18,6 +18,7 @@ from specops.vllm import BatchSizeSchedule, SpeculativeConfig
 
 __all__ = [
     "SpeculationInForce",
+    "controller_choice_applies",
     "speculation_from_spec",
     "speculation_in_force",
     "speculation_spec_hash",
@@ -97,16 +98,23 @@ def _from_status(status: SpeculativeConfigStatus) -> SpeculationInForce:
     )
 
 
-def speculation_in_force(
+def controller_choice_applies(
     spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
-) -> SpeculationInForce:
-    """The controller's choice in mode Auto while the spec it was made for is unchanged."""
-    if (
+) -> bool:
+    """A controller's choice holds in mode Auto while the spec it was made for is unchanged."""
+    return (
         status is not None
         and status.source == "Controller"
         and spec.speculation.mode == "Auto"
         and status.spec_hash == speculation_spec_hash(spec)
-    ):
+    )
+
+
+def speculation_in_force(
+    spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
+) -> SpeculationInForce:
+    """The controller's choice from status when it applies, else the spec's starting point."""
+    if status is not None and controller_choice_applies(spec, status):
         return _from_status(status)
     return speculation_from_spec(spec)
 

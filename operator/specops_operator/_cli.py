@@ -1,0 +1,50 @@
+"""``specops operator``: run the kopf operator with its metrics endpoint."""
+
+from __future__ import annotations
+
+import click
+import kopf
+import prometheus_client
+
+from specops.render import RenderOptions
+
+__all__ = ["operator"]
+
+
+@click.command("operator")
+@click.option(
+    "-n",
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Namespace (or glob) to serve; repeat for several. Default: all namespaces.",
+)
+@click.option("--peering", default=None, help="kopf peering object, for HA with several replicas.")
+@click.option("--metrics-port", default=8080, show_default=True, type=int, help="0 disables.")
+@click.option(
+    "--liveness",
+    default="http://0.0.0.0:8081/healthz",
+    show_default=True,
+    help="Liveness endpoint URL served by kopf.",
+)
+@click.option("--sidecar-image", default=RenderOptions.sidecar_image, show_default=True)
+def operator(
+    namespaces: tuple[str, ...],
+    peering: str | None,
+    metrics_port: int,
+    liveness: str,
+    sidecar_image: str,
+) -> None:
+    """Reconcile SpeculativeServices into vLLM Deployments with the specops sidecar."""
+    import specops_operator._handlers  # noqa: F401  (registers the handlers)
+
+    if metrics_port:
+        prometheus_client.start_http_server(metrics_port)
+    kopf.run(
+        clusterwide=not namespaces,
+        namespaces=list(namespaces),
+        peering_name=peering,
+        standalone=peering is None,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(options=RenderOptions(sidecar_image=sidecar_image)),
+    )

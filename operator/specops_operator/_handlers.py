@@ -1,0 +1,77 @@
+"""kopf handlers: every trigger runs the same reconciliation of one SpeculativeService."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from specops.api import GROUP, PLURAL, VERSION
+from specops.errors import SpecValidationError
+from specops.render import RenderOptions
+from specops_operator._kube import Kube, KubeApiError
+from specops_operator._metrics import RECONCILE_SECONDS, RECONCILES
+from specops_operator._reconcile import reconcile
+
+__all__ = ["RECHECK_SECONDS"]
+
+RECHECK_SECONDS = 60.0
+_SERVICE = (GROUP, VERSION, PLURAL)
+
+
+@kopf.on.startup()
+def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.INFO
+    if getattr(memo, "kube", None) is None:
+        memo.kube = Kube.from_environment()
+    if getattr(memo, "options", None) is None:
+        memo.options = RenderOptions()
+
+
+def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
+    """Reconcile one SpeculativeService; retry API failures, stop on an invalid spec."""
+    started = time.monotonic()
+    try:
+        reconcile(
+            memo.kube,
+            body,
+            memo.options,
+            lambda reason, message: kopf.info(
+                cast(kopf.Body, body), reason=reason, message=message
+            ),
+        )
+    except SpecValidationError as exc:
+        RECONCILES.labels("error").inc()
+        raise kopf.PermanentError(str(exc)) from exc
+    except KubeApiError as exc:
+        RECONCILES.labels("error").inc()
+        raise kopf.TemporaryError(str(exc), delay=10) from exc
+    RECONCILES.labels("ok").inc()
+    RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+@kopf.on.resume(*_SERVICE)
+@kopf.on.create(*_SERVICE)
+@kopf.on.update(*_SERVICE)
+@kopf.timer(*_SERVICE, interval=RECHECK_SECONDS, initial_delay=RECHECK_SECONDS)
+def service_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The spec changed, the operator (re)started, or it is time to look again."""
+    _sync(body, memo)
+
+
+@kopf.on.event(
+    "apps",
+    "v1",
+    "deployments",
+    labels={"app.kubernetes.io/managed-by": "specops", "specops.io/service": kopf.PRESENT},
+)
+def owned_deployment_changed(
+    namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any
+) -> None:
+    """Someone (the operator, a user, the Deployment controller) touched an owned Deployment."""
+    parent = memo.kube.get_service(namespace or "default", labels["specops.io/service"])
+    if parent is not None:
+        _sync(parent, memo)

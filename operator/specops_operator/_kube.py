@@ -1,0 +1,129 @@
+"""The operator's only door to the Kubernetes API: get, create, merge-patch, status patch.
+
+Every API write of the operator goes through :class:`Kube`, so the rest of the package is
+plain data in, data out. Library errors become :class:`KubeApiError` here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import kubernetes
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from specops.api import GROUP, PLURAL, VERSION
+from specops.errors import SpecopsError
+
+__all__ = ["Kube", "KubeApiError"]
+
+Obj = dict[str, Any]
+
+# Plural resource names of the kinds the operator reads and writes.
+_PLURALS = {
+    "Deployment": "deployments",
+    "Service": "services",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "PodMonitor": "podmonitors",
+    "SpeculativeService": PLURAL,
+}
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeApiError(SpecopsError):
+    """The Kubernetes API refused or failed a request."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _collection_path(api_version: str, kind: str, namespace: str) -> str:
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{prefix}/namespaces/{namespace}/{_PLURALS[kind]}"
+
+
+def _object_path(obj: Obj) -> str:
+    meta = obj["metadata"]
+    collection = _collection_path(obj["apiVersion"], obj["kind"], meta["namespace"])
+    return f"{collection}/{meta['name']}"
+
+
+class Kube:
+    """A thin synchronous client over ``kubernetes.client.ApiClient`` for arbitrary kinds."""
+
+    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+        self._api = api
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In-cluster service account if present, else the kubeconfig (KUBECONFIG or ~/.kube)."""
+        try:
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+        return cls(kubernetes.client.ApiClient())
+
+    def _call(self, method: str, path: str, body: Obj | None = None) -> Obj:
+        headers = {"Accept": "application/json"}
+        if method == "PATCH":
+            headers["Content-Type"] = _MERGE_PATCH
+        try:
+            method, url, headers, payload, _ = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(method, url, header_params=headers, body=payload)
+            data = response.read()  # type: ignore[no-untyped-call]
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise KubeApiError(f"{method} {path}: {exc}") from exc
+        if not 200 <= response.status <= 299:
+            raise KubeApiError(f"{method} {path}: {response.status} {data!r}", response.status)
+        return cast(Obj, json.loads(data))
+
+    def get(self, obj: Obj) -> Obj | None:
+        """The live version of ``obj`` (matched by kind, namespace, name), or None."""
+        try:
+            return self._call("GET", _object_path(obj))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, obj: Obj) -> Obj:
+        """Create ``obj`` in its namespace."""
+        meta = obj["metadata"]
+        return self._call(
+            "POST", _collection_path(obj["apiVersion"], obj["kind"], meta["namespace"]), obj
+        )
+
+    def patch(self, obj: Obj) -> Obj:
+        """Merge-patch the live object with ``obj``; lists (containers, ports) are replaced."""
+        return self._call("PATCH", _object_path(obj), obj)
+
+    def get_service(self, namespace: str, name: str) -> Obj | None:
+        """A SpeculativeService, or None when it is gone."""
+        ref = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SpeculativeService",
+            "metadata": {"namespace": namespace, "name": name},
+        }
+        return self.get(ref)
+
+    def patch_status(self, service: Obj, status: Obj) -> Obj:
+        """Merge-patch the status subresource of a SpeculativeService."""
+        return self._call("PATCH", _object_path(service) + "/status", {"status": status})
+
+    def has_api_group(self, group: str) -> bool:
+        """Whether the API server serves ``group`` (e.g. monitoring.coreos.com)."""
+        try:
+            self._call("GET", f"/apis/{group}")
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,115 @@
+"""One level-based reconciliation: read the world, write only what differs, report.
+
+The same function runs for every trigger (create, update, resume, timer, a change of an
+owned Deployment): it never knows which event fired.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+
+from specops.api import SpeculativeService, parse_service
+from specops.render import HASH_ANNOTATION, RenderOptions, plan
+from specops_operator._kube import Kube
+from specops_operator._metrics import CHILD_WRITES
+from specops_operator._status import desired_status
+
+__all__ = ["ChildWrite", "Outcome", "covers", "reconcile"]
+
+Obj = dict[str, Any]
+PODMONITOR_GROUP = "monitoring.coreos.com"
+
+
+@dataclass(frozen=True)
+class ChildWrite:
+    """One write to an owned object, and why it was needed."""
+
+    kind: str
+    name: str
+    action: str  # created, updated (new render), reverted (someone edited an owned field)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconciliation wrote: child objects, and whether status changed."""
+
+    writes: tuple[ChildWrite, ...]
+    status_written: bool
+
+
+def covers(desired: Any, live: Any) -> bool:
+    """Whether ``live`` holds every field of ``desired`` (server-added fields are ignored)."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            key in live and covers(value, live[key]) for key, value in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(covers(d, item) for d, item in zip(desired, live, strict=True))
+        )
+    return bool(desired == live)
+
+
+def _hash(obj: Mapping[str, Any]) -> str | None:
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(HASH_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
+    """Create or merge-patch one child (action None when it already matches); the live object."""
+    live = kube.get(desired)
+    if live is None:
+        return "created", kube.create(desired)
+    if _hash(live) == _hash(desired) and covers(desired, live):
+        return None, live
+    action = "updated" if _hash(live) != _hash(desired) else "reverted"
+    return action, kube.patch(desired)
+
+
+def reconcile(
+    kube: Kube,
+    body: Mapping[str, Any],
+    options: RenderOptions,
+    post_event: Callable[[str, str], None],
+    now: datetime | None = None,
+) -> Outcome:
+    """Bring the children of one SpeculativeService to their rendered state; patch its status."""
+    service: SpeculativeService = parse_service(body)
+    wanted = plan(service, replace(options, pod_monitor=kube.has_api_group(PODMONITOR_GROUP)))
+    children = copy.deepcopy(list(wanted.objects))
+    kopf.adopt(children, owner=cast(kopf.Body, dict(body)))
+    writes = []
+    deployment: Obj | None = None
+    for child in children:
+        action, live = _apply(kube, child)
+        if action is not None:
+            name = child["metadata"]["name"]
+            writes.append(ChildWrite(child["kind"], name, action))
+            CHILD_WRITES.labels(child["kind"], action).inc()
+            post_event(action.capitalize(), f"{child['kind']} {name} {action}")
+        if child["kind"] == "Deployment":
+            deployment = live
+    status = desired_status(service, wanted, deployment, now or datetime.now(UTC))
+    current = body.get("status") or {}
+    status_written = not covers(_without_times(status), _without_times(current))
+    if status_written:
+        kube.patch_status(dict(body), status)
+    return Outcome(tuple(writes), status_written)
+
+
+def _without_times(status: Mapping[str, Any]) -> Obj:
+    """Status minus transition times, which alone are no reason to write."""
+    conditions = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"}
+        for c in status.get("conditions", [])
+    ]
+    return {**status, "conditions": conditions}

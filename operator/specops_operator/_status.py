@@ -1,0 +1,115 @@
+"""Status of a SpeculativeService, derived from what was observed: pure, clock injected."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from specops.api import SpeculativeConfigStatus, SpeculativeService
+from specops.render import Plan, selector_labels, speculative_config_status
+
+__all__ = ["desired_status"]
+
+Obj = dict[str, Any]
+
+
+def _condition(type_: str, status: str, reason: str, message: str) -> Obj:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def _deployment_conditions(deployment: Mapping[str, Any] | None, want: int) -> list[Obj]:
+    """Ready, Progressing and Degraded from the live Deployment's status."""
+    if deployment is None:
+        return [
+            _condition("Ready", "False", "DeploymentMissing", "the Deployment does not exist yet"),
+            _condition("Progressing", "True", "Creating", "creating the Deployment"),
+            _condition("Degraded", "False", "AsExpected", ""),
+        ]
+    status = deployment.get("status", {})
+    ready = status.get("readyReplicas", 0)
+    updated = status.get("updatedReplicas", 0)
+    total = status.get("replicas", 0)
+    observed = status.get("observedGeneration", 0)
+    generation = deployment.get("metadata", {}).get("generation", observed)
+    failed = [
+        c
+        for c in status.get("conditions", [])
+        if (c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded")
+        or (c.get("type") == "ReplicaFailure" and c.get("status") == "True")
+    ]
+    rolled_out = observed >= generation and updated >= want and total == want
+    conditions = [
+        _condition("Ready", "True", "AllReplicasReady", f"{ready}/{want} pods ready")
+        if ready >= want and rolled_out
+        else _condition("Ready", "False", "ReplicasNotReady", f"{ready}/{want} pods ready"),
+        _condition("Progressing", "False", "RolloutComplete", f"{updated}/{want} pods updated")
+        if rolled_out
+        else _condition("Progressing", "True", "RollingOut", f"{updated}/{want} pods updated"),
+    ]
+    if failed:
+        reason = failed[0].get("reason") or "DeploymentFailed"
+        conditions.append(_condition("Degraded", "True", reason, failed[0].get("message", "")))
+    else:
+        conditions.append(_condition("Degraded", "False", "AsExpected", ""))
+    return conditions
+
+
+def _speculation_condition(config: SpeculativeConfigStatus) -> Obj:
+    if config.enabled:
+        return _condition("SpeculationActive", "True", "Speculating", config.json_ or "")
+    return _condition("SpeculationActive", "False", "SpeculationOff", "no --speculative-config")
+
+
+def _stamped(
+    new: list[Obj], old: Sequence[Mapping[str, Any]], now: str, generation: int | None
+) -> list[Obj]:
+    """Keep lastTransitionTime when a condition's status did not change."""
+    previous = {c.get("type"): c for c in old}
+    stamped = []
+    for condition in new:
+        before = previous.get(condition["type"])
+        unchanged = before is not None and before.get("status") == condition["status"]
+        since = before.get("lastTransitionTime", now) if before is not None and unchanged else now
+        stamped.append({**condition, "lastTransitionTime": since})
+        if generation is not None:
+            stamped[-1]["observedGeneration"] = generation
+    return stamped
+
+
+def desired_status(
+    service: SpeculativeService,
+    plan: Plan,
+    deployment: Mapping[str, Any] | None,
+    now: datetime,
+) -> Obj:
+    """The status fields the operator owns; lastMeasurements and lastDecision are left alone."""
+    old = service.status
+    old_conditions = (
+        [c.model_dump(by_alias=True, exclude_none=True) for c in old.conditions] if old else []
+    )
+    previous_config = old.speculative_config if old else None
+    if plan.source == "Controller" and previous_config is not None:
+        config = previous_config
+    else:
+        config = speculative_config_status(plan.spec, plan.speculation, "Spec")
+    conditions = _deployment_conditions(deployment, plan.spec.replicas)
+    conditions.append(_speculation_condition(config))
+    metrics = next((c for c in old_conditions if c["type"] == "MetricsAvailable"), None)
+    conditions.append(
+        {k: v for k, v in metrics.items() if k != "lastTransitionTime"}
+        if metrics is not None
+        else _condition("MetricsAvailable", "Unknown", "AwaitingController", "no measurements yet")
+    )
+    generation = service.metadata.generation
+    live = (deployment or {}).get("status", {})
+    selector = ",".join(f"{k}={v}" for k, v in selector_labels(service.metadata.name).items())
+    status = {
+        "observedGeneration": generation,
+        "replicas": live.get("replicas", 0),
+        "readyReplicas": live.get("readyReplicas", 0),
+        "selector": selector,
+        "conditions": _stamped(conditions, old_conditions, now.isoformat(), generation),
+        "speculativeConfig": config.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    }
+    return {key: value for key, value in status.items() if value is not None}
