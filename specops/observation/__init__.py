@@ -1,0 +1,104 @@
+"""What a vLLM pod measured: windowed acceptance, load, step cost and outcome estimates.
+
+The sidecar builds an :class:`Observation` from its own readings; the operator can build
+the same from Prometheus for a whole service. Both go through the same pure path:
+readings -> snapshots -> intervals -> window estimates.
+"""
+
+from specops.observation._acceptance import AcceptanceEstimate, ExpectedTokens, estimate_acceptance
+from specops.observation._cost import (
+    CostPoint,
+    StepTimeFit,
+    StepTimePrior,
+    adjusted_cost_model,
+    cost_point,
+    fit_step_time,
+    prior_from_model,
+)
+from specops.observation._load import RUNNING_BOUNDS, Distribution, distribution, quantile
+from specops.observation._model import (
+    AcceptanceObservation,
+    CandidateK,
+    CostObservation,
+    CostPointObservation,
+    DistributionObservation,
+    EstimateStatus,
+    ExpectedTokensObservation,
+    LatencyObservation,
+    LoadObservation,
+    Observation,
+    OutcomeObservation,
+    PredictionObservation,
+    SourceObservation,
+    StepTimeFitObservation,
+    WindowObservation,
+)
+from specops.observation._names import Counter, Gauge, Hist
+from specops.observation._observe import ObserverConfig, observe
+from specops.observation._outcome import LatencyQuantiles, histogram_quantile, latency_quantiles
+from specops.observation._series import (
+    Reading,
+    Series,
+    parse_exposition,
+    parse_prometheus_matrix,
+    prometheus_selector,
+)
+from specops.observation._snapshot import (
+    Histogram,
+    Interval,
+    Snapshot,
+    interval_between,
+    intervals_of,
+    snapshot_from_reading,
+)
+
+__all__ = [
+    "RUNNING_BOUNDS",
+    "AcceptanceEstimate",
+    "AcceptanceObservation",
+    "CandidateK",
+    "CostObservation",
+    "CostPoint",
+    "CostPointObservation",
+    "Counter",
+    "Distribution",
+    "DistributionObservation",
+    "EstimateStatus",
+    "ExpectedTokens",
+    "ExpectedTokensObservation",
+    "Gauge",
+    "Hist",
+    "Histogram",
+    "Interval",
+    "LatencyObservation",
+    "LatencyQuantiles",
+    "LoadObservation",
+    "Observation",
+    "ObserverConfig",
+    "OutcomeObservation",
+    "PredictionObservation",
+    "Reading",
+    "Series",
+    "Snapshot",
+    "SourceObservation",
+    "StepTimeFit",
+    "StepTimeFitObservation",
+    "StepTimePrior",
+    "WindowObservation",
+    "adjusted_cost_model",
+    "cost_point",
+    "distribution",
+    "estimate_acceptance",
+    "fit_step_time",
+    "histogram_quantile",
+    "interval_between",
+    "intervals_of",
+    "latency_quantiles",
+    "observe",
+    "parse_exposition",
+    "parse_prometheus_matrix",
+    "prior_from_model",
+    "prometheus_selector",
+    "quantile",
+    "snapshot_from_reading",
+]

@@ -1,0 +1,168 @@
+"""Step cost measured from vLLM's counters, and an online fit of the step-time model.
+
+vLLM's ``iteration_tokens_total`` histogram counts steps (its count) and the tokens each
+step *emitted* (its sum: prompt plus generated). A verifying step processes every draft
+token, accepted or not, so the batched tokens N of the cost model are the emitted
+tokens plus the draft tokens minus the accepted ones. The engine loops without pause
+while it has running requests, so over an interval busy at both ends the wall time per
+step (times the number of engines sharing the counters) is the step time.
+
+The fit is Bayesian linear regression of step time on N, T = a + b N, over the window's
+(N, T) points. Its prior is the profile's cost model linearised at the configured k, so
+with no data it is the profile, and a direction the data cannot see (all points at one
+N say nothing of the slope) stays at the prior. Each point averages ``steps`` steps, so
+it weighs ``steps`` times one step's noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specops.observation._names import Counter, Gauge, Hist
+from specops.observation._snapshot import Interval
+from specops.policy import StepCostModel, StepShape
+
+__all__ = [
+    "CostPoint",
+    "StepTimeFit",
+    "StepTimePrior",
+    "adjusted_cost_model",
+    "cost_point",
+    "fit_step_time",
+    "prior_from_model",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CostPoint:
+    """Mean batched tokens per step and mean seconds per step over ``steps`` steps."""
+
+    batched_tokens: float
+    step_seconds: float
+    steps: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimePrior:
+    """T = a + b N before any data: means, standard deviations, and one step's noise."""
+
+    intercept_s: float
+    slope_s: float
+    intercept_stddev_s: float
+    slope_stddev_s: float
+    noise_stddev_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeFit:
+    """The posterior of T = a + b N: means, standard deviations, their correlation."""
+
+    intercept_s: float
+    slope_s: float
+    intercept_stddev_s: float
+    slope_stddev_s: float
+    correlation: float
+    points: int
+    steps: float
+
+    def seconds(self, batched_tokens: float) -> float:
+        return self.intercept_s + self.slope_s * batched_tokens
+
+
+def cost_point(interval: Interval) -> CostPoint | None:
+    """The (N, T) point of one interval; None across a restart, idle time or missing series."""
+    if interval.reset or interval.seconds <= 0:
+        return None
+    running_start = interval.gauges_at_start.get(Gauge.RUNNING, 0.0)
+    running_end = interval.gauges_at_end.get(Gauge.RUNNING, 0.0)
+    iteration = interval.histograms.get(Hist.ITERATION_TOKENS)
+    if running_start <= 0 or running_end <= 0 or iteration is None or iteration.count <= 0:
+        return None
+    verified = interval.counters.get(Counter.DRAFT_TOKENS, 0.0) - interval.counters.get(
+        Counter.ACCEPTED_TOKENS, 0.0
+    )
+    return CostPoint(
+        batched_tokens=(iteration.total + verified) / iteration.count,
+        step_seconds=interval.seconds * interval.engines / iteration.count,
+        steps=iteration.count,
+    )
+
+
+def prior_from_model(
+    model: StepCostModel,
+    k: int,
+    context_tokens_per_request: float,
+    *,
+    relative_stddev: float = 0.5,
+    noise_fraction: float = 0.1,
+    batches: tuple[int, int] = (1, 64),
+) -> StepTimePrior:
+    """Linearise ``model`` at ``k`` in N through two batch sizes (a secant, exact if additive).
+
+    The standard deviations are ``relative_stddev`` of the step time at the larger batch
+    (over its N for the slope), so a zero coefficient still gets a finite prior.
+    """
+    small, large = batches
+
+    def at(batch: int) -> tuple[float, float]:
+        shape = StepShape(batch, k, round(batch * context_tokens_per_request))
+        return float(shape.batched_tokens), model.step_time(shape)
+
+    n1, t1 = at(small)
+    n2, t2 = at(large)
+    slope = (t2 - t1) / (n2 - n1)
+    return StepTimePrior(
+        intercept_s=t1 - slope * n1,
+        slope_s=slope,
+        intercept_stddev_s=relative_stddev * t2,
+        slope_stddev_s=relative_stddev * t2 / n2,
+        noise_stddev_s=noise_fraction * t1,
+    )
+
+
+def fit_step_time(points: Sequence[CostPoint], prior: StepTimePrior) -> StepTimeFit:
+    """Posterior of (a, b) given the points (conjugate normal, known noise)."""
+    noise = prior.noise_stddev_s**2
+    # Precision matrix [[paa, pab], [pab, pbb]] and precision-weighted mean (ha, hb).
+    paa = 1.0 / prior.intercept_stddev_s**2
+    pbb = 1.0 / prior.slope_stddev_s**2
+    pab = 0.0
+    ha = paa * prior.intercept_s
+    hb = pbb * prior.slope_s
+    for p in points:
+        w = p.steps / noise
+        paa += w
+        pab += w * p.batched_tokens
+        pbb += w * p.batched_tokens**2
+        ha += w * p.step_seconds
+        hb += w * p.batched_tokens * p.step_seconds
+    det = paa * pbb - pab * pab
+    var_a, var_b, cov = pbb / det, paa / det, -pab / det
+    return StepTimeFit(
+        intercept_s=var_a * ha + cov * hb,
+        slope_s=cov * ha + var_b * hb,
+        intercept_stddev_s=math.sqrt(var_a),
+        slope_stddev_s=math.sqrt(var_b),
+        correlation=cov / math.sqrt(var_a * var_b),
+        points=len(points),
+        steps=sum(p.steps for p in points),
+    )
+
+
+def adjusted_cost_model(
+    model: StepCostModel, prior: StepTimePrior, fit: StepTimeFit
+) -> StepCostModel:
+    """The profile's model moved by what the data said at the configured k.
+
+    The prior is the model's line at that k, so moving ``t_fixed`` and ``c_tok`` by the
+    fit's change of intercept and slope makes the model reproduce the fitted line there,
+    and carries the same correction to every other k.
+    """
+    return dataclasses.replace(
+        model,
+        t_fixed=model.t_fixed + fit.intercept_s - prior.intercept_s,
+        c_tok=model.c_tok + fit.slope_s - prior.slope_s,
+    )

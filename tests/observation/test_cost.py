@@ -1,0 +1,113 @@
+"""Step-time points from counters, and the Bayesian fit against a known linear truth."""
+
+import random
+
+import pytest
+
+from specops.observation import (
+    CostPoint,
+    StepTimePrior,
+    adjusted_cost_model,
+    cost_point,
+    fit_step_time,
+    interval_between,
+    parse_exposition,
+    prior_from_model,
+    snapshot_from_reading,
+)
+from specops.policy import DraftCost, StepCostModel, StepShape
+
+from .fake_vllm import FakeVllm
+
+TRUE_A, TRUE_B = 0.012, 2.5e-5  # seconds, seconds per batched token
+PRIOR = StepTimePrior(
+    intercept_s=0.008,
+    slope_s=1.5e-5,
+    intercept_stddev_s=0.005,
+    slope_stddev_s=1e-5,
+    noise_stddev_s=0.002,
+)
+
+
+def points(ns: list[float], seed: int, steps: float = 500) -> list[CostPoint]:
+    rng = random.Random(seed)
+    noise = PRIOR.noise_stddev_s / steps**0.5
+    return [CostPoint(n, TRUE_A + TRUE_B * n + rng.gauss(0, noise), steps) for n in ns]
+
+
+def test_point_uses_verified_tokens_and_wall_time_per_engine() -> None:
+    engine = FakeVllm(k=3, engines=2)
+    engine.load(running=8, engine=0)
+    engine.load(running=8, engine=1)
+    before = snapshot_from_reading(parse_exposition(engine.page(), 100.0))
+    # 400 steps over 2 engines in 10 s: 50 ms per step. 8 requests x 4 verified tokens,
+    # of which each request emitted 1 + 1.5 accepted.
+    engine.steps([8 * 2.5] * 200, engine=0)
+    engine.steps([8 * 2.5] * 200, engine=1)
+    engine.draft(3200, [2400, 1600, 800])
+    after = snapshot_from_reading(parse_exposition(engine.page(), 110.0))
+    point = cost_point(interval_between(before, after))
+    assert point is not None
+    assert point.steps == 400
+    assert point.step_seconds == pytest.approx(0.05)
+    assert point.batched_tokens == pytest.approx(8 * 4)
+
+
+def test_idle_or_restarted_intervals_give_no_point() -> None:
+    engine = FakeVllm(k=1)
+    engine.load(running=0)
+    before = snapshot_from_reading(parse_exposition(engine.page(), 0.0))
+    engine.steps([4] * 10)
+    after = snapshot_from_reading(parse_exposition(engine.page(), 10.0))
+    assert cost_point(interval_between(before, after)) is None  # idle at the start
+    restarted = FakeVllm(k=1)
+    restarted.load(running=3)
+    restarted.steps([4] * 2)
+    assert cost_point(interval_between(after, snapshot_from_reading(
+        parse_exposition(restarted.page(), 20.0)))) is None  # fmt: skip
+
+
+def test_no_data_is_the_prior() -> None:
+    fit = fit_step_time([], PRIOR)
+    assert (fit.intercept_s, fit.slope_s) == pytest.approx((PRIOR.intercept_s, PRIOR.slope_s))
+    assert fit.intercept_stddev_s == pytest.approx(PRIOR.intercept_stddev_s)
+    assert fit.points == 0
+
+
+def test_fit_moves_from_the_prior_to_the_truth() -> None:
+    ns = [16, 32, 48, 64, 128, 256, 384, 512] * 5
+    fit = fit_step_time(points(ns, seed=5), PRIOR)
+    assert fit.intercept_s == pytest.approx(TRUE_A, rel=0.02)
+    assert fit.slope_s == pytest.approx(TRUE_B, rel=0.02)
+    assert abs(fit.intercept_s - TRUE_A) <= 3 * fit.intercept_stddev_s
+    assert abs(fit.slope_s - TRUE_B) <= 3 * fit.slope_stddev_s
+    few = fit_step_time(points(ns[:3], seed=5), PRIOR)
+    assert few.slope_stddev_s > fit.slope_stddev_s
+
+
+def test_points_at_one_batch_pin_the_line_there_and_leave_the_slope_near_the_prior() -> None:
+    fit = fit_step_time(points([40.0] * 20, seed=6), PRIOR)
+    assert fit.seconds(40.0) == pytest.approx(TRUE_A + TRUE_B * 40, rel=0.01)
+    assert fit.correlation < -0.9  # intercept and slope traded against each other
+    assert fit.slope_stddev_s > 0.5 * PRIOR.slope_stddev_s
+
+
+def test_prior_is_the_model_line_at_k_and_the_adjusted_model_reproduces_the_fit() -> None:
+    model = StepCostModel(
+        t_fixed=0.006, c_tok=2e-5, c_kv=4e-8, t_overhead=0.001,
+        draft=DraftCost(t_fixed=0.0005, c_tok=8e-7),
+    )  # fmt: skip
+    k, context = 3, 1500.0
+    prior = prior_from_model(model, k, context)
+    for batch in (1, 8, 64, 200):
+        shape = StepShape(batch, k, round(batch * context))
+        assert prior.intercept_s + prior.slope_s * shape.batched_tokens == pytest.approx(
+            model.step_time(shape), rel=1e-3
+        )
+    fit = fit_step_time(points([32, 64, 128, 256] * 4, seed=7), prior)
+    adjusted = adjusted_cost_model(model, prior, fit)
+    for batch in (4, 32, 100):
+        shape = StepShape(batch, k, round(batch * context))
+        assert adjusted.step_time(shape) == pytest.approx(
+            fit.seconds(shape.batched_tokens), rel=1e-3
+        )

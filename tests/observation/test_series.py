@@ -1,0 +1,103 @@
+"""Both sources' raw answers become the same series."""
+
+import math
+
+import pytest
+
+from specops.errors import MetricsError
+from specops.observation import parse_exposition, parse_prometheus_matrix, prometheus_selector
+
+from .fake_vllm import FakeVllm
+
+
+def test_page_keeps_only_the_series_the_estimators_read() -> None:
+    engine = FakeVllm(k=2)
+    engine.draft(10, [7, 4])
+    reading = parse_exposition(engine.page(), timestamp=5.0)
+    names = {s.name for s in reading.series}
+    assert "vllm:spec_decode_num_drafts_total" in names
+    assert "vllm:iteration_tokens_total_bucket" in names
+    assert not any(n.endswith("_created") for n in names)
+    assert "vllm:time_to_first_token_seconds_bucket" not in names
+    per_pos = {
+        s.labels["position"]: s.value
+        for s in reading.series
+        if s.name == "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    }
+    assert per_pos == {"0": 7.0, "1": 4.0}
+    assert reading.timestamp == 5.0
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        'vllm:num_requests_running{model_name="m",engine="0"} not-a-number\n',
+        'vllm:num_requests_running{model_name="m",engine="0 3\n',
+        "<html>502 Bad Gateway</html>",
+        "",
+    ],
+)
+def test_bad_pages_raise_a_metrics_error(page: str) -> None:
+    with pytest.raises(MetricsError):
+        parse_exposition(page, timestamp=0.0)
+
+
+def test_nan_values_parse_and_are_left_to_the_snapshot() -> None:
+    page = 'vllm:num_requests_running{model_name="m",engine="0"} NaN\n'
+    [series] = parse_exposition(page, timestamp=0.0).series
+    assert math.isnan(series.value)
+
+
+def test_selector_escapes_label_values() -> None:
+    selector = prometheus_selector({"pod": 'a"b', "namespace": "ns"})
+    assert selector.startswith('{__name__=~"')
+    assert 'namespace="ns",pod="a\\"b"}' in selector
+    assert "vllm:spec_decode_num_drafts_total" in selector
+
+
+def _matrix(*results: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, object]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {"metric": m, "values": [[t, v] for t, v in values]} for m, values in results
+            ],
+        },
+    }
+
+
+def test_matrix_takes_each_targets_newest_scrape() -> None:
+    target = {"job": "vllm", "instance": "10.0.0.1:8000"}
+    payload = _matrix(
+        ({"__name__": "vllm:num_requests_running", **target}, [(100.0, "3"), (115.0, "5")]),
+        ({"__name__": "vllm:generation_tokens_total", **target}, [(100.0, "10"), (115.0, "30")]),
+        # Vanished from the target after t=100 (an old engine label): left out.
+        ({"__name__": "vllm:num_requests_waiting", **target}, [(100.0, "1")]),
+    )
+    reading = parse_prometheus_matrix(payload)
+    assert reading is not None
+    assert reading.timestamp == 115.0
+    assert {s.name: s.value for s in reading.series} == {
+        "vllm:num_requests_running": 5.0,
+        "vllm:generation_tokens_total": 30.0,
+    }
+    assert all("__name__" not in s.labels for s in reading.series)
+
+
+def test_empty_matrix_is_no_reading() -> None:
+    assert parse_prometheus_matrix(_matrix()) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"status": "error", "errorType": "bad_data", "error": "parse error"}, "bad_data"),
+        ({"status": "success", "data": {"resultType": "vector", "result": []}}, "matrix"),
+        ({"status": "success", "data": {"resultType": "matrix", "result": [{}]}}, "malformed"),
+        ([], "JSON object"),
+    ],
+)
+def test_prometheus_errors_raise_a_metrics_error(payload: object, message: str) -> None:
+    with pytest.raises(MetricsError, match=message):
+        parse_prometheus_matrix(payload)
