@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -213,6 +213,9 @@ class SimulatedEngine:
         self.workload = workload
         self.config = config
         self.track_tokens = track_tokens
+        # An in-engine k rule (scheduled requests, cap) -> k, replacing the table for
+        # baselines vLLM does not ship, such as a per-step goodput rule.
+        self.k_selector: Callable[[int, int], int] | None = None
         self.now = 0.0
         self.available_at = 0.0
         self._ids = count()
@@ -398,6 +401,8 @@ class SimulatedEngine:
         scheduled = decoding.size + len(chunks)
         if spec.k_max == 0 or decoding.size == 0:
             k = 0
+        elif self.k_selector is not None:
+            k = max(0, min(self.k_selector(scheduled, spec.k_max), spec.k_max))
         elif spec.lookup is not None:
             k = spec.lookup[scheduled]
         else:
