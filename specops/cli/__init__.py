@@ -12,9 +12,12 @@ from specops import __version__
 # Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
 _SUBCOMMANDS: dict[str, str] = {
     "crd": "specops.cli._crd:crd",
+    "sim": "specops.sim._cli:sim",
     "render": "specops.cli._render:render",
     "operator": "specops_operator._cli:operator",
     "cluster": "specops.cli._cluster:cluster",
+    "dashboards": "specops.dashboards._cli:dashboards",
+    "alerts": "specops.alerts._cli:alerts",
 }
 
 

@@ -1,0 +1,136 @@
+"""``specops sim serve|validate|bench-speed``: the shell around the simulated engine."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from specops.errors import EngineConfigError
+
+__all__ = ["sim"]
+
+_log = logging.getLogger("specops.sim")
+
+
+@click.group()
+def sim() -> None:
+    """The simulated vLLM engine."""
+
+
+def _split_vllm_args(extra: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """vLLM's positional model (first bare word) and the flags we do not model."""
+    if extra and not extra[0].startswith("-"):
+        return extra[0], list(extra[1:])
+    return None, list(extra)
+
+
+@sim.command(context_settings={"ignore_unknown_options": True})
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@click.option("--model", "model_option", help="Model name (as vllm serve's positional MODEL).")
+@click.option("--served-model-name", help="Name clients use (default: the model).")
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--tensor-parallel-size", "-tp", default=1, show_default=True, type=int)
+@click.option("--max-num-seqs", type=int, help="Default 1024 (vLLM on H100).")
+@click.option("--max-model-len", type=int, help="Default 131072.")
+@click.option("--max-num-batched-tokens", type=int, help="Default 8192.")
+@click.option("--speculative-config", help="vLLM's --speculative-config JSON.")
+@click.option("--profile", default="llama3.1-8b-h100", show_default=True)
+@click.option("--workload", default="sharegpt", show_default=True, help="Name or YAML/JSON file.")
+@click.option("--startup-delay", default=0.0, show_default=True, type=float, help="Seconds.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--roofline", is_flag=True, help="Roofline instead of the additive step time.")
+def serve(
+    extra: tuple[str, ...],
+    model_option: str | None,
+    served_model_name: str | None,
+    host: str,
+    port: int,
+    tensor_parallel_size: int,
+    max_num_seqs: int | None,
+    max_model_len: int | None,
+    max_num_batched_tokens: int | None,
+    speculative_config: str | None,
+    profile: str,
+    workload: str,
+    startup_delay: float,
+    seed: int,
+    roofline: bool,
+) -> None:
+    """Serve vLLM's OpenAI API and /metrics from the simulated engine (flags as vllm serve)."""
+    from aiohttp import web
+
+    from specops.profiles import get_profile
+    from specops.sim._engine import EngineConfig, SimulatedEngine, parse_speculative_config
+    from specops.sim._server import ServerOptions, build_app
+    from specops.sim._workload import Workload, load_workload
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    positional, unknown = _split_vllm_args(extra)
+    model = positional or model_option
+    if model is None:
+        raise click.UsageError("a model is required: specops sim serve MODEL or --model MODEL")
+    if unknown:
+        _log.warning("ignoring vLLM arguments the simulation does not model: %s", " ".join(unknown))
+    try:
+        chosen = get_profile(profile)
+        if tensor_parallel_size != chosen.tensor_parallel_size:
+            _log.warning(
+                "--tensor-parallel-size %d differs from profile %s (%d); timing follows it",
+                tensor_parallel_size,
+                chosen.name,
+                chosen.tensor_parallel_size,
+            )
+        defaults = EngineConfig()
+        config = EngineConfig(
+            served_model_name=served_model_name or model,
+            max_num_seqs=max_num_seqs or defaults.max_num_seqs,
+            max_model_len=max_model_len or defaults.max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens or defaults.max_num_batched_tokens,
+            speculative=parse_speculative_config(speculative_config),
+            roofline=roofline,
+        )
+        engine = SimulatedEngine(
+            chosen, Workload(load_workload(workload), seed=seed), config, track_tokens=True
+        )
+    except EngineConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    options = ServerOptions(config.served_model_name, model, startup_delay)
+    web.run_app(build_app(engine, options), host=host, port=port, print=None)
+
+
+@sim.command()
+@click.option("--output-dir", default="out/validate", show_default=True, type=click.Path())
+@click.option("--profile", default="llama3.1-8b-h100", show_default=True)
+@click.option("--workload", default="sharegpt", show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+def validate(output_dir: str, profile: str, workload: str, seed: int) -> None:
+    """Write validation.md and validation.png: simulated EAGLE speedup versus published."""
+    from specops.sim._validate import measure_speedups, render_markdown, write_report
+
+    try:
+        table = measure_speedups(profile=profile, workload=workload, seed=seed)
+    except EngineConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    markdown, png = write_report(table, Path(output_dir))
+    click.echo(render_markdown(table))
+    click.echo(f"wrote {markdown} and {png}")
+
+
+@sim.command("bench-speed")
+@click.option("--output", default="out/sim-speed.json", show_default=True, type=click.Path())
+@click.option("--batch", default=128, show_default=True, type=int)
+@click.option("-k", "k", default=3, show_default=True, type=int)
+@click.option("--simulated-seconds", default=600.0, show_default=True, type=float)
+def bench_speed(output: str, batch: int, k: int, simulated_seconds: float) -> None:
+    """Print simulated seconds per wall second for one engine (closed loop, EAGLE)."""
+    from specops.sim._speed import measure_speed, write_speed
+
+    result = measure_speed(batch=batch, k=k, simulated_s=simulated_seconds)
+    write_speed(result, Path(output))
+    click.echo(
+        f"batch {batch}, k={k}: {result.simulated_s:.0f} simulated s in {result.wall_s:.2f} wall s"
+        f" ({result.steps} steps) = {result.ratio:.0f}x real time; wrote {output}"
+    )
