@@ -1,0 +1,193 @@
+"""The specops alert rules as data: one source for the plain rule file and the PrometheusRule.
+
+Every expression groups by ``namespace`` and ``service`` (the SpeculativeService), so an
+alert names the service to look at. The PromQL shared with the dashboards comes from
+:mod:`specops.dashboards`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specops import dashboards as q
+
+__all__ = [
+    "ACCEPTANCE_LENGTH",
+    "TPOT_MEAN",
+    "Alert",
+    "Recording",
+    "RuleGroup",
+    "rule_groups",
+    "rules_document",
+]
+
+BY_SERVICE = ("namespace", "service")
+ACCEPTANCE_LENGTH = "specops:acceptance_length:rate5m"
+TPOT_MEAN = "specops:time_per_output_token_seconds:mean5m"
+DRAFTS_RATE = "specops:spec_decode_drafts:rate5m"
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A recording rule: ``record`` holds the value of ``expr`` for the alerts to share."""
+
+    record: str
+    expr: str
+
+    def to_rule(self) -> dict[str, Any]:
+        return {"record": self.record, "expr": self.expr}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """An alerting rule with the annotations an on-call engineer reads first."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: Literal["info", "warning", "critical"]
+    summary: str
+    description: str
+
+    def to_rule(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
+        if self.for_ != "0m":
+            rule["for"] = self.for_
+        rule["labels"] = {"severity": self.severity}
+        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        return rule
+
+
+@dataclass(frozen=True)
+class RuleGroup:
+    name: str
+    rules: tuple[Recording | Alert, ...]
+
+
+def _recordings() -> RuleGroup:
+    return RuleGroup(
+        "specops.recording",
+        (
+            Recording(ACCEPTANCE_LENGTH, q.acceptance_length("", "5m", BY_SERVICE)),
+            Recording(TPOT_MEAN, q.histogram_mean(q.VLLM_TPOT, "", "5m", BY_SERVICE)),
+            Recording(DRAFTS_RATE, q.rate_sum(q.VLLM_DRAFTS, "", "5m", BY_SERVICE)),
+        ),
+    )
+
+
+def _alerts() -> RuleGroup:
+    service = "{{ $labels.namespace }}/{{ $labels.service }}"
+    return RuleGroup(
+        "specops.alerts",
+        (
+            Alert(
+                name="SpecopsAcceptanceCollapsed",
+                expr=(
+                    f"(\n  {ACCEPTANCE_LENGTH} < 1.2\n"
+                    f"  or\n  {ACCEPTANCE_LENGTH}\n"
+                    f"    < 1 + 0.5 * (avg_over_time({ACCEPTANCE_LENGTH}[6h] offset 30m) - 1)\n"
+                    f")\nand {DRAFTS_RATE} > 0"
+                ),
+                for_="15m",
+                severity="warning",
+                summary="Draft tokens of {{ $labels.namespace }}/{{ $labels.service }} "
+                "are hardly accepted any more.",
+                description=(
+                    f"The mean acceptance length of {service} is "
+                    '{{ $value | printf "%.2f" }}, either below 1.2 or its accepted tokens '
+                    "per draft fell to under half of the level of the previous six hours. "
+                    "The draft model now costs compute for little gain: check that the "
+                    "draft matches the target model and whether the traffic changed."
+                ),
+            ),
+            Alert(
+                name="SpecopsSpeculationSlowingService",
+                expr=(
+                    f"{TPOT_MEAN}\n"
+                    f"  > on (namespace, service)\n"
+                    f'    1.1 * max by (namespace, service) ({q.SIDECAR_PREDICTED_TPOT}{{k="0"}})\n'
+                    f"and {DRAFTS_RATE} > 0"
+                ),
+                for_="15m",
+                severity="warning",
+                summary="Speculation makes {{ $labels.namespace }}/{{ $labels.service }} "
+                "slower than no speculation would.",
+                description=(
+                    f"The measured time per output token of {service} is "
+                    "{{ $value | humanizeDuration }}, more than 10% above the sidecar's "
+                    "prediction for the same load without speculation. The load is probably "
+                    "above the crossover: in Auto mode specops shortens or turns off "
+                    "speculation once the regime is confirmed; in Advise or Fixed mode, "
+                    "apply the recommendation."
+                ),
+            ),
+            Alert(
+                name="SpecopsMetricsStale",
+                expr=(
+                    f"max by (namespace, service) ({q.SIDECAR_METRICS_AGE}) > 120\n"
+                    'or\ncount by (namespace, service) (up{service!=""} == 0) > 0'
+                ),
+                for_="5m",
+                severity="warning",
+                summary="specops has no fresh metrics for "
+                "{{ $labels.namespace }}/{{ $labels.service }}.",
+                description=(
+                    f"The engine or sidecar metrics of {service} are stale or cannot be "
+                    "scraped. The controller withholds every decision until they are "
+                    "fresh again; check the pods, their /metrics endpoints and the "
+                    "PodMonitor."
+                ),
+            ),
+            Alert(
+                name="SpecopsReconfigurationsFlapping",
+                expr=(
+                    "sum by (namespace, service) "
+                    f'(increase({q.OPERATOR_DECISIONS}{{action="Reconfigure"}}[1h])) >= 3'
+                ),
+                for_="0m",
+                severity="warning",
+                summary="{{ $labels.namespace }}/{{ $labels.service }} was reconfigured "
+                '{{ $value | printf "%.0f" }} times in an hour.',
+                description=(
+                    f"Each reconfiguration of {service} restarts its pods. This many in an "
+                    "hour means the load swings across a crossover faster than the "
+                    "hysteresis absorbs: raise the minimum dwell time or the gain margin, "
+                    "or pin the config with mode Fixed."
+                ),
+            ),
+            Alert(
+                name="SpecopsRolloutRolledBack",
+                expr=(
+                    "sum by (namespace, service) "
+                    f'(increase({q.OPERATOR_DECISIONS}{{action="Rollback"}}[30m])) > 0'
+                ),
+                for_="0m",
+                severity="critical",
+                summary="A new speculative config of {{ $labels.namespace }}/"
+                "{{ $labels.service }} was rolled back.",
+                description=(
+                    f"Pods of {service} running the new speculative config did not become "
+                    "Ready in time, so specops restored the previous config and holds off "
+                    "further changes during its cooldown. See the SpeculativeService's "
+                    "events and the new pods' logs (e.g. out of GPU memory for the draft "
+                    "model)."
+                ),
+            ),
+        ),
+    )
+
+
+def rule_groups() -> tuple[RuleGroup, ...]:
+    """The recording rules first, then the alerts that read them."""
+    return (_recordings(), _alerts())
+
+
+def rules_document() -> dict[str, Any]:
+    """The rule file's content, in Prometheus's rule file format."""
+    return {
+        "groups": [
+            {"name": group.name, "rules": [rule.to_rule() for rule in group.rules]}
+            for group in rule_groups()
+        ]
+    }

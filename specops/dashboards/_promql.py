@@ -1,0 +1,114 @@
+"""PromQL for the numbers specops shows and alerts on, written once.
+
+The dashboards call these with Grafana variables in the selector, the alert rules with an
+empty selector and ``by=("namespace", "service")``; both then compute the same quantity.
+
+Label contract: every series of a specops-managed pod carries ``namespace``, ``service``
+(the SpeculativeService) and ``pod``. vLLM series get them from the scrape (the PodMonitor
+relabels the pod's ``specops.io/service`` label), sidecar series carry them themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "OPERATOR_DECISIONS",
+    "OPERATOR_K",
+    "OPERATOR_MODE",
+    "SIDECAR_ACCEPTANCE_LENGTH",
+    "SIDECAR_CROSSOVER",
+    "SIDECAR_METRICS_AGE",
+    "SIDECAR_PREDICTED_SPEEDUP",
+    "SIDECAR_PREDICTED_TPOT",
+    "SIDECAR_RECOMMENDED_K",
+    "SIDECAR_RUNNING",
+    "VLLM_ACCEPTED",
+    "VLLM_ACCEPTED_PER_POS",
+    "VLLM_DRAFTS",
+    "VLLM_DRAFT_TOKENS",
+    "VLLM_GENERATION_TOKENS",
+    "VLLM_ITL",
+    "VLLM_KV_CACHE_USAGE",
+    "VLLM_RUNNING",
+    "VLLM_TPOT",
+    "VLLM_TTFT",
+    "VLLM_WAITING",
+    "acceptance_length",
+    "by_clause",
+    "histogram_mean",
+    "histogram_quantile",
+    "per_position_acceptance",
+    "rate_sum",
+    "series",
+]
+
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
+VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+
+# The sidecar's windowed estimates (labels namespace, pod, service).
+SIDECAR_ACCEPTANCE_LENGTH = "specops_acceptance_length"
+SIDECAR_RUNNING = "specops_running_requests"
+SIDECAR_PREDICTED_SPEEDUP = "specops_predicted_speedup"
+SIDECAR_PREDICTED_TPOT = "specops_predicted_tpot_seconds"
+SIDECAR_CROSSOVER = "specops_crossover_concurrency"
+SIDECAR_RECOMMENDED_K = "specops_recommended_k"
+SIDECAR_METRICS_AGE = "specops_metrics_age_seconds"
+
+# The operator's state and decisions (labels namespace, service).
+OPERATOR_MODE = "specops_mode"
+OPERATOR_K = "specops_speculative_tokens"
+OPERATOR_DECISIONS = "specops_decisions_total"
+
+
+def by_clause(by: Sequence[str]) -> str:
+    """``by (a, b) `` for an aggregation, or nothing when ``by`` is empty."""
+    return f"by ({', '.join(by)}) " if by else ""
+
+
+def series(metric: str, selector: str) -> str:
+    """``metric{selector}``, or the bare metric name when there is nothing to select on."""
+    return f"{metric}{{{selector}}}" if selector else metric
+
+
+def rate_sum(metric: str, selector: str, window: str, by: Sequence[str] = ()) -> str:
+    """Per-second rate of a counter, summed over pods (and engines) within each group."""
+    return f"sum {by_clause(by)}(rate({series(metric, selector)}[{window}]))"
+
+
+def acceptance_length(selector: str, window: str, by: Sequence[str] = ()) -> str:
+    """vLLM's mean acceptance length: 1 + accepted tokens per draft (the bonus token included)."""
+    accepted = rate_sum(VLLM_ACCEPTED, selector, window, by)
+    drafts = rate_sum(VLLM_DRAFTS, selector, window, by)
+    return f"1 + {accepted} / {drafts}"
+
+
+def per_position_acceptance(selector: str, window: str, by: Sequence[str] = ()) -> str:
+    """Fraction of drafts whose i-th token was accepted, one series per ``position``."""
+    accepted = rate_sum(VLLM_ACCEPTED_PER_POS, selector, window, (*by, "position"))
+    drafts = rate_sum(VLLM_DRAFTS, selector, window, by)
+    return f"{accepted} / ignoring (position) group_left {drafts}"
+
+
+def histogram_quantile(
+    quantile: float, metric: str, selector: str, window: str, by: Sequence[str] = ()
+) -> str:
+    """A quantile of a vLLM latency histogram over all pods of each group."""
+    buckets = rate_sum(f"{metric}_bucket", selector, window, ("le", *by))
+    return f"histogram_quantile({quantile}, {buckets})"
+
+
+def histogram_mean(metric: str, selector: str, window: str, by: Sequence[str] = ()) -> str:
+    """The mean of a vLLM histogram over the window: rate of its sum over rate of its count."""
+    total = rate_sum(f"{metric}_sum", selector, window, by)
+    count = rate_sum(f"{metric}_count", selector, window, by)
+    return f"{total} / {count}"

@@ -1,0 +1,220 @@
+"""The chart renders the objects each set of values asks for, and nothing more."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import helm_python as helm
+import pytest
+from chart_render import CHART_DIR, MONITORING_API, NAMESPACE, by_kind, render_manifests
+from conftest import Render
+
+NON_DEFAULT: dict[str, Any] = {
+    "replicaCount": 2,
+    "operator": {
+        "watchNamespaces": ["llm", "llm-staging"],
+        "peering": {"enabled": True, "name": "specops-ha"},
+        "extraArgs": ["--sidecar-image=registry.local/specops:1.2.3"],
+    },
+    "image": {"tag": "1.2.3", "pullPolicy": "Always"},
+    "metrics": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus"}}},
+    "prometheusRule": {
+        "labels": {"release": "kube-prometheus"},
+        "alertLabels": {"team": "inference"},
+        "disabledAlerts": ["SpecopsReconfigurationsFlapping"],
+    },
+    "dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "LLM"}},
+}
+
+
+def _kinds(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(obj["kind"] for obj in objects)
+
+
+def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = by_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def test_defaults_render_a_namespaced_operator_without_monitoring_objects(render: Render) -> None:
+    objects = render()
+    assert _kinds(objects) == [
+        "ConfigMap",
+        "ConfigMap",
+        "Deployment",
+        "Pod",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+    ]
+    (role,) = by_kind(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    args = _container(objects)["args"]
+    assert args[0] == "operator"
+    assert f"--namespace={NAMESPACE}" in args
+    assert not any(arg.startswith("--peering") for arg in args)
+
+
+def test_every_namespaced_object_names_its_namespace(render: Render) -> None:
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"}
+    for values in ({}, NON_DEFAULT, {"operator": {"clusterWide": True}}):
+        for obj in render(values, api_versions=MONITORING_API):
+            if obj["kind"] not in cluster_scoped:
+                assert obj["metadata"].get("namespace"), obj["metadata"]["name"]
+
+
+def test_operator_container_is_locked_down(render: Render) -> None:
+    objects = render()
+    (deployment,) = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = _container(objects)
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] == "health"
+    assert "--liveness=http://0.0.0.0:8081/healthz" in container["args"]
+    assert "--metrics-port=8080" in container["args"]
+    assert container["image"] == "ghcr.io/specops/specops:0.1.0"
+
+
+def test_watch_namespaces_get_a_role_each_and_no_cluster_role(render: Render) -> None:
+    objects = render(NON_DEFAULT)
+    assert not by_kind(objects, "ClusterRole")
+    roles = {role["metadata"]["namespace"] for role in by_kind(objects, "Role")}
+    bindings = {b["metadata"]["namespace"] for b in by_kind(objects, "RoleBinding")}
+    assert roles == bindings == {"llm", "llm-staging"}
+    for binding in by_kind(objects, "RoleBinding"):
+        (subject,) = binding["subjects"]
+        assert subject == {"kind": "ServiceAccount", "name": "specops", "namespace": NAMESPACE}
+    args = _container(objects)["args"]
+    assert {"--namespace=llm", "--namespace=llm-staging"} <= set(args)
+
+
+def test_rbac_covers_what_the_operator_does_and_only_that(render: Render) -> None:
+    (role,) = by_kind(render(), "Role")
+    granted = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    write = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert granted == {
+        ("specops.io", "speculativeservices"): {"get", "list", "watch", "patch", "update"},
+        ("specops.io", "speculativeservices/status"): {"get", "patch", "update"},
+        ("apps", "deployments"): write,
+        ("", "services"): write,
+        ("policy", "poddisruptionbudgets"): write,
+        ("monitoring.coreos.com", "podmonitors"): write,
+        ("", "pods"): {"get", "list", "watch"},
+        ("", "events"): {"create", "patch"},
+        ("events.k8s.io", "events"): {"create", "patch"},
+    }
+
+
+def test_cluster_wide_uses_a_cluster_role_and_all_namespaces(render: Render) -> None:
+    objects = render({"operator": {"clusterWide": True, "peering": {"enabled": True}}})
+    assert not by_kind(objects, "Role")
+    (cluster_role,) = by_kind(objects, "ClusterRole")
+    (binding,) = by_kind(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
+    assert {"clusterkopfpeerings", "customresourcedefinitions", "namespaces"} <= resources
+    assert not any(arg.startswith("--namespace") for arg in _container(objects)["args"])
+    (peering,) = by_kind(objects, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "specops"
+
+
+def test_peering_runs_replicas_with_a_peering_object_per_namespace(render: Render) -> None:
+    objects = render(NON_DEFAULT)
+    (deployment,) = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert "--peering=specops-ha" in _container(objects)["args"]
+    peerings = by_kind(objects, "KopfPeering")
+    assert {p["metadata"]["namespace"] for p in peerings} == {"llm", "llm-staging"}
+    for role in by_kind(objects, "Role"):
+        assert any("kopfpeerings" in rule["resources"] for rule in role["rules"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": 2}, "operator.peering.enabled"),
+        (
+            {"operator": {"clusterWide": True, "watchNamespaces": ["a"]}},
+            "operator.watchNamespaces",
+        ),
+        ({"serviceAccount": {"create": False}}, "serviceAccount.name"),
+    ],
+)
+def test_contradicting_values_fail_with_the_fix(
+    chart: helm.Chart, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render_manifests(chart, values)
+
+
+def test_monitoring_objects_appear_only_with_the_prometheus_operator(render: Render) -> None:
+    assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & set(_kinds(render()))
+    objects = render(NON_DEFAULT, api_versions=MONITORING_API)
+    (monitor,) = by_kind(objects, "ServiceMonitor")
+    (pod_monitor,) = by_kind(objects, "PodMonitor")
+    assert pod_monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    (service,) = by_kind(objects, "Service")
+    assert service["spec"]["ports"][0]["name"] == monitor["spec"]["endpoints"][0]["port"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert by_kind(objects, "PrometheusRule")
+    disabled = render(
+        {"prometheusRule": {"enabled": False}, "metrics": {"serviceMonitor": {"enabled": False}}},
+        api_versions=MONITORING_API,
+    )
+    assert not {"ServiceMonitor", "PrometheusRule"} & set(_kinds(disabled))
+
+
+def test_dashboards_are_configmaps_the_grafana_sidecar_picks_up(render: Render) -> None:
+    files = {path.name: path for path in (CHART_DIR / "dashboards").glob("*.json")}
+    assert files
+    configmaps = by_kind(render(NON_DEFAULT), "ConfigMap")
+    assert len(configmaps) == len(files)
+    for configmap in configmaps:
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert configmap["metadata"]["namespace"] == "monitoring"
+        assert configmap["metadata"]["annotations"] == {"grafana_folder": "LLM"}
+        ((name, text),) = configmap["data"].items()
+        assert json.loads(text) == json.loads(files[name].read_text(encoding="utf-8"))
+    custom = render({"dashboards": {"label": "grafana.io/dashboard", "labelValue": "specops"}})
+    for configmap in by_kind(custom, "ConfigMap"):
+        assert configmap["metadata"]["labels"]["grafana.io/dashboard"] == "specops"
+    assert not by_kind(render({"dashboards": {"enabled": False}}), "ConfigMap")
+
+
+def test_helm_test_hook_checks_the_metrics_service(render: Render) -> None:
+    objects = render()
+    (pod,) = by_kind(objects, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (service,) = by_kind(objects, "Service")
+    script = pod["spec"]["containers"][0]["command"][-1]
+    assert f"http://{service['metadata']['name']}.{NAMESPACE}.svc:8080/metrics" in script
+    assert not by_kind(render({"tests": {"enabled": False}}), "Pod")
+
+
+def test_notes_tell_what_to_do_next(chart: helm.Chart) -> None:
+    notes = render_manifests(chart)["specops/templates/NOTES.txt"]
+    assert "helm test specops" in notes
+    assert "kubectl get specsvc" in notes
+    assert "deploy/prometheus/specops.rules.yaml" in notes
+    with_operator = render_manifests(chart, api_versions=MONITORING_API)[
+        "specops/templates/NOTES.txt"
+    ]
+    assert "PrometheusRule specops" in with_operator
