@@ -7,6 +7,17 @@ from specops.vllm._metrics import (
     MetricSpec,
     bucket_bounds,
 )
+from specops.vllm._release import (
+    ReleaseError,
+    ReleaseMetric,
+    ensure_wheel,
+    release_bucket_families,
+    release_finish_reasons,
+    release_metrics,
+    release_speculative_keys,
+    release_speculative_methods,
+    wheel_source,
+)
 from specops.vllm._speculative_config import (
     DEPRECATED_MTP_METHODS,
     DYNAMIC_SCHEDULE_METHODS,
@@ -32,8 +43,17 @@ __all__ = [
     "VLLM_VERSION",
     "BatchSizeSchedule",
     "MetricSpec",
+    "ReleaseError",
+    "ReleaseMetric",
     "SpeculationMethod",
     "SpeculativeConfig",
     "VllmMethod",
     "bucket_bounds",
+    "ensure_wheel",
+    "release_bucket_families",
+    "release_finish_reasons",
+    "release_metrics",
+    "release_speculative_keys",
+    "release_speculative_methods",
+    "wheel_source",
 ]

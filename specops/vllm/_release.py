@@ -1,0 +1,247 @@
+"""Read facts straight from the pinned vLLM wheel, as text and ast: never import vllm.
+
+The wheel (``pip download --no-deps vllm==<version>``, about 340 MB) is cached under
+``$SPECOPS_CACHE/vllm`` (default ``~/.cache/specops/vllm``). Conformance tests, the CRD's
+method enum check and the dashboards compare specops's constants with what this reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from specops.errors import SpecopsError
+from specops.vllm._speculative_config import VLLM_VERSION
+
+__all__ = [
+    "ReleaseError",
+    "ReleaseMetric",
+    "ensure_wheel",
+    "release_bucket_families",
+    "release_finish_reasons",
+    "release_metrics",
+    "release_speculative_keys",
+    "release_speculative_methods",
+    "wheel_source",
+]
+
+_LOGGERS = "vllm/v1/metrics/loggers.py"
+_SPEC_METRICS = "vllm/v1/spec_decode/metrics.py"
+_BUCKETS = "vllm/v1/metrics/buckets.py"
+_SPEC_CONFIG = "vllm/config/speculative.py"
+_ENGINE = "vllm/v1/engine/__init__.py"
+_KINDS = {"_gauge_cls": "gauge", "_counter_cls": "counter", "_histogram_cls": "histogram"}
+
+
+class ReleaseError(SpecopsError):
+    """The vLLM wheel could not be fetched or did not hold what specops expects."""
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SPECOPS_CACHE") or str(Path.home() / ".cache" / "specops")
+    return Path(root) / "vllm"
+
+
+def ensure_wheel(version: str = VLLM_VERSION) -> Path:
+    """The cached wheel of vLLM ``version``, downloaded with pip (no dependencies) if absent."""
+    directory = _cache_dir()
+    found = sorted(directory.glob(f"vllm-{version}-*.whl"))
+    if found:
+        return found[0]
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    command += ["-d", str(directory), f"vllm=={version}"]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = sorted(directory.glob(f"vllm-{version}-*.whl"))
+    if completed.returncode != 0 or not found:
+        raise ReleaseError(f"could not download vllm=={version}: {completed.stderr[-2000:]}")
+    return found[0]
+
+
+@cache
+def wheel_source(wheel: Path, member: str) -> str:
+    """One source file of the wheel, as text."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive.read(member).decode("utf-8")
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise ReleaseError(f"{wheel.name} has no readable {member}") from exc
+
+
+@dataclass(frozen=True)
+class ReleaseMetric:
+    """A metric as the release registers it; ``bucket_family`` from its histogram_buckets call."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+    bucket_family: str | None
+
+
+class _Resolver:
+    """Evaluates the small expressions vLLM builds names and label lists from."""
+
+    def __init__(self, tree: ast.AST, seed: dict[str, object]) -> None:
+        self.values: dict[str, ast.expr] = {}
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                self.values.setdefault(node.targets[0].id, node.value)
+        self.seed = seed
+
+    def value(self, node: ast.expr) -> object:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.List | ast.Tuple):
+            return tuple(self.value(element) for element in node.elts)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self.value(node.left), self.value(node.right)
+            assert isinstance(left, tuple) and isinstance(right, tuple)
+            return left + right
+        if isinstance(node, ast.Name):
+            if node.id in self.seed:
+                return self.seed[node.id]
+            return self.value(self.values[node.id])
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+            if node.func.id == "histogram_buckets":
+                return ("family", self.value(node.args[0]))
+            if node.func.id == "list":
+                return self.value(node.args[0])
+        raise ReleaseError(f"cannot evaluate {ast.unparse(node)}")
+
+
+def _metric_calls(source: str, seed: dict[str, object]) -> list[ReleaseMetric]:
+    tree = ast.parse(source)
+    resolver = _Resolver(tree, seed)
+    found: list[ReleaseMetric] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        kind = _KINDS.get(node.func.attr)
+        if kind is None:
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        names: list[str]
+        name_node = keywords["name"]
+        if isinstance(name_node, ast.Constant):
+            names = [str(name_node.value)]
+        elif not (isinstance(name_node, ast.Name) and name_node.id == "name"):
+            continue
+        else:
+            names = [
+                str(entry[0])
+                for entry in _tuples_named(tree, "counter_specs", resolver)
+                if str(entry[0]).startswith("vllm:spec_decode")
+            ]
+        try:
+            labels = resolver.value(keywords["labelnames"])
+        except (ReleaseError, KeyError):
+            labels = (f"<{ast.unparse(keywords['labelnames'])}>",)
+        assert isinstance(labels, tuple)
+        family = None
+        if "buckets" in keywords:
+            bucket = resolver.value(keywords["buckets"])
+            assert isinstance(bucket, tuple)
+            family = str(bucket[1])
+        found += [ReleaseMetric(n, kind, tuple(str(x) for x in labels), family) for n in names]
+    return found
+
+
+def _tuples_named(tree: ast.AST, name: str, resolver: _Resolver) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == name
+            and isinstance(node.value, ast.List)
+        ):
+            for element in node.value.elts:
+                row = resolver.value(element)
+                assert isinstance(row, tuple)
+                rows.append(row)
+    return rows
+
+
+def release_metrics(wheel: Path) -> dict[str, ReleaseMetric]:
+    """Every engine and spec-decode metric the Prometheus stat logger registers."""
+    loggers = _metric_calls(wheel_source(wheel, _LOGGERS), {})
+    engine_labels = next(m.labels for m in loggers if m.name == "vllm:num_requests_running")
+    spec = _metric_calls(wheel_source(wheel, _SPEC_METRICS), {"labelnames": engine_labels})
+    return {metric.name: metric for metric in (*loggers, *spec)}
+
+
+def release_bucket_families(wheel: Path) -> dict[str, tuple[float, ...]]:
+    """buckets.py's static families: family name to its default bounds."""
+    tree = ast.parse(wheel_source(wheel, _BUCKETS))
+    constants: dict[str, tuple[float, ...]] = {}
+    families: dict[str, tuple[float, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            if isinstance(node.value, ast.Tuple):
+                constants[node.target.id] = tuple(float(v) for v in ast.literal_eval(node.value))
+            elif isinstance(node.value, ast.Dict) and node.target.id == "_STATIC_FAMILY_DEFAULTS":
+                for key, value in zip(node.value.keys, node.value.values, strict=True):
+                    assert isinstance(key, ast.Constant) and isinstance(value, ast.Name)
+                    families[str(key.value)] = constants[value.id]
+    return families
+
+
+def _literal_strings(tree: ast.AST, name: str) -> frozenset[str]:
+    aliases: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            aliases[node.targets[0].id] = node.value
+
+    def strings(node: ast.expr) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.Name):
+            return strings(aliases[node.id])
+        if isinstance(node, ast.Subscript):
+            return strings(node.slice)
+        if isinstance(node, ast.Tuple):
+            return set().union(*(strings(e) for e in node.elts))
+        raise ReleaseError(f"unexpected {ast.unparse(node)} in {name}")
+
+    return frozenset(strings(aliases[name]))
+
+
+def release_speculative_methods(wheel: Path) -> frozenset[str]:
+    """Every value of vLLM's ``SpeculativeMethod`` literal."""
+    return _literal_strings(ast.parse(wheel_source(wheel, _SPEC_CONFIG)), "SpeculativeMethod")
+
+
+def release_speculative_keys(wheel: Path) -> frozenset[str]:
+    """The field names of vLLM's SpeculativeConfig: the keys --speculative-config takes."""
+    tree = ast.parse(wheel_source(wheel, _SPEC_CONFIG))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
+            return frozenset(
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            )
+    raise ReleaseError("SpeculativeConfig not found")
+
+
+def release_finish_reasons(wheel: Path) -> tuple[str, ...]:
+    """FINISH_REASON_STRINGS: the values of request_success's finished_reason label."""
+    tree = ast.parse(wheel_source(wheel, _ENGINE))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "FINISH_REASON_STRINGS"
+        ):
+            return tuple(str(v) for v in ast.literal_eval(node.value))
+    raise ReleaseError("FINISH_REASON_STRINGS not found")

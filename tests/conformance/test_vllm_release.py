@@ -1,0 +1,87 @@
+"""The simulated engine against the pinned vLLM wheel, read as source (DESIGN section 5)."""
+
+from pathlib import Path
+from typing import get_args
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from specops.profiles import get_profile
+from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
+from specops.sim import parse_speculative_config as parse
+from specops.sim._exposition import render_metrics
+from specops.vllm import (
+    ENGINE_METRICS,
+    FINISH_REASONS,
+    SpeculativeConfig,
+    VllmMethod,
+    bucket_bounds,
+    ensure_wheel,
+    release_bucket_families,
+    release_finish_reasons,
+    release_metrics,
+    release_speculative_keys,
+    release_speculative_methods,
+)
+from specops.vllm._metrics import request_tokens_buckets
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    return ensure_wheel()
+
+
+def _exported_page() -> dict[str, tuple[str, set[str]]]:
+    """Families on the simulated engine's /metrics: name to (type, label names)."""
+    engine = SimulatedEngine(
+        get_profile("llama3.1-8b-h100"),
+        Workload(load_workload("gsm8k")),
+        EngineConfig(
+            speculative=parse('{"method": "eagle3", "model": "d", "num_speculative_tokens": 2}')
+        ),
+    )
+    for _ in range(4):
+        engine.add_request()
+    engine.run_until(30.0)
+    page = render_metrics(engine.metrics(), "m", speculative=True).decode()
+    families = {}
+    for family in text_string_to_metric_families(page):
+        labels = set().union(*(set(s.labels) for s in family.samples)) - {"le"}
+        families[family.name] = (family.type, labels)
+    return families
+
+
+def test_every_exported_metric_exists_in_the_release_with_its_type_labels_and_buckets(
+    wheel: Path,
+) -> None:
+    release = release_metrics(wheel)
+    families = release_bucket_families(wheel)
+    for name, spec in ENGINE_METRICS.items():
+        assert name in release, f"{name} is not registered by vLLM's stat loggers"
+        ours = release[name]
+        assert (ours.kind, ours.labels) == (spec.kind, spec.labels), name
+        assert ours.bucket_family == spec.buckets, name
+        if spec.buckets in families:
+            assert bucket_bounds(spec.buckets, 4096) == families[spec.buckets], name
+
+
+def test_the_page_the_server_serves_matches_the_release(wheel: Path) -> None:
+    release = release_metrics(wheel)
+    for name, (kind, labels) in _exported_page().items():
+        assert name in release, name
+        assert kind == release[name].kind, name
+        assert labels == set(release[name].labels), name
+
+
+def test_request_token_buckets_follow_vllms_1_2_5_series() -> None:
+    assert request_tokens_buckets(100) == (1, 2, 5, 10, 20, 50, 100)
+    assert request_tokens_buckets(4096)[-1] == 2000
+
+
+def test_finish_reasons_match(wheel: Path) -> None:
+    assert release_finish_reasons(wheel) == FINISH_REASONS
+
+
+def test_speculative_config_keys_and_methods_match_the_release(wheel: Path) -> None:
+    assert set(SpeculativeConfig.model_fields) <= release_speculative_keys(wheel)
+    assert set(get_args(VllmMethod)) == release_speculative_methods(wheel)
