@@ -18,18 +18,37 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from specops.cluster import ClusterInfo, ClusterOptions, running_cluster
+from specops.cluster import (
+    CacheLayout,
+    ClusterInfo,
+    ClusterOptions,
+    LocalCluster,
+    running_cluster,
+)
 
 Wait = Callable[[Callable[[], bool], str], None]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 WAIT_TIMEOUT_S = 120.0
+_PREFIX = "e2e-"
+
+
+def _prune_killed_runs(layout: CacheLayout) -> None:
+    """Remove what an e2e run killed outright (SIGKILL, OOM) left: its run directory.
+
+    Its processes died with it (they are tied to the pytest process)."""
+    for run_dir in (layout.root / "run").glob(f"{_PREFIX}*"):
+        owner = run_dir.name.removeprefix(_PREFIX)
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            LocalCluster(ClusterOptions(name=run_dir.name), layout=layout).down()
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[ClusterInfo]:
     """The local control plane, named after this pytest process so runs never collide."""
-    with running_cluster(ClusterOptions(name=f"e2e-{os.getpid()}")) as info:
+    layout = CacheLayout.from_env()
+    _prune_killed_runs(layout)
+    with running_cluster(ClusterOptions(name=f"{_PREFIX}{os.getpid()}"), layout=layout) as info:
         yield info
 
 

@@ -3,8 +3,9 @@
 Each process runs in a session of its own, so a Ctrl-C in the terminal reaches only
 the Python that owns it, which then stops them in order. Processes started for a
 test session can also be tied to their parent with ``PR_SET_PDEATHSIG``, so even a
-killed pytest leaves nothing behind. A pid is only ever signalled after checking
-that it still runs the executable that was recorded for it.
+killed pytest leaves no process behind (only a run directory, pruned later). A pid
+is only ever signalled after checking that it still runs the executable recorded
+for it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ def free_ports(count: int) -> list[int]:
 
 
 def _die_with_parent() -> None:
+    """SIGKILL, not SIGTERM: all processes get it at once, and an API server told to shut
+    down gracefully after etcd has already gone waits for etcd forever."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def spawn(argv: tuple[str, ...], log: Path, *, tie_to_parent: bool) -> subprocess.Popen[bytes]:
