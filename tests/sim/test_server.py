@@ -1,0 +1,150 @@
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from specops.profiles import get_profile
+from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
+from specops.sim import parse_speculative_config as parse
+from specops.sim._server import ServerOptions, build_app
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
+    engine = SimulatedEngine(
+        get_profile("llama3.1-8b-h100"),
+        Workload(load_workload("gsm8k")),
+        EngineConfig(
+            served_model_name="llama",
+            speculative=parse('{"method": "eagle", "model": "d", "num_speculative_tokens": 3}'),
+        ),
+        track_tokens=True,
+    )
+    app = build_app(engine, ServerOptions("llama", MODEL, startup_delay_s=0.2))
+    async with TestClient(TestServer(app)) as test_client:
+        yield test_client
+
+
+async def _wait_loaded(client: TestClient) -> None:  # type: ignore[type-arg]
+    for _ in range(100):
+        if (await client.get("/health")).status == 200:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("never became healthy")
+
+
+async def test_health_is_503_until_the_model_loads(client: TestClient) -> None:  # type: ignore[type-arg]
+    assert (await client.get("/health")).status == 503
+    assert (await client.get("/v1/models")).status == 503
+    await _wait_loaded(client)
+    models = await (await client.get("/v1/models")).json()
+    assert models["data"][0]["id"] == "llama"
+
+
+async def test_completion_counts_usage_and_paces_tokens(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    response = await client.post(
+        "/v1/completions",
+        json={"model": "llama", "prompt": "x" * 400, "max_tokens": 40, "ignore_eos": True},
+    )
+    body = await response.json()
+    assert response.status == 200
+    assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140}
+    assert body["choices"][0]["finish_reason"] == "length"
+    # 40 tokens at no more than k + 1 = 4 per step of at least 9 ms each.
+    assert loop.time() - started > 10 * 0.009
+
+
+async def test_streaming_chat_sends_chunks_usage_and_done(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+    response = await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "llama",
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 12,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
+    events = [
+        line[6:] for line in (await response.text()).splitlines() if line.startswith("data: ")
+    ]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 12
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "status", "param"),
+    [
+        ("/v1/completions", {"model": "other", "prompt": "x"}, 404, "model"),
+        ("/v1/completions", {"model": "llama", "prompt": 3}, 400, "prompt"),
+        ("/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+        ("/v1/chat/completions", {"model": "llama", "messages": []}, 400, "messages"),
+        (
+            "/v1/completions",
+            {"model": "llama", "prompt": "x", "max_tokens": 10**7},
+            400,
+            "max_tokens",
+        ),
+    ],
+)
+async def test_bad_requests_get_vllms_error_shape(
+    client: TestClient,  # type: ignore[type-arg]
+    path: str,
+    payload: dict[str, object],
+    status: int,
+    param: str,
+) -> None:
+    await _wait_loaded(client)
+    response = await client.post(path, json=payload)
+    body = await response.json()
+    assert response.status == status
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert (body["error"]["code"], body["error"]["param"]) == (status, param)
+    assert (await client.get("/health")).status == 200
+
+
+async def test_invalid_json_and_unknown_paths(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+    response = await client.post("/v1/completions", data=b"{nope")
+    assert response.status == 400 and (await response.json())["error"]["type"] == "BadRequestError"
+    response = await client.get("/v2/nothing")
+    assert response.status == 404 and "error" in await response.json()
+
+
+async def test_metrics_parse_and_counters_only_grow(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+
+    async def scrape() -> dict[str, float]:
+        page = await (await client.get("/metrics")).text()
+        return {
+            f"{s.name}{sorted(s.labels.items())}": s.value
+            for family in text_string_to_metric_families(page)
+            if family.type in ("counter", "histogram")
+            for s in family.samples
+        }
+
+    before = await scrape()
+    await asyncio.gather(
+        *(
+            client.post("/v1/completions", json={"model": "llama", "prompt": "hi", "max_tokens": 8})
+            for _ in range(4)
+        )
+    )
+    after = await scrape()
+    assert before.keys() == after.keys()
+    assert all(after[key] >= before[key] for key in before)
+    success = "vllm:request_success_total"
+    labels = [("engine", "0"), ("finished_reason", "length"), ("model_name", "llama")]
+    assert after[f"{success}{labels}"] == 4
