@@ -18,6 +18,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "cluster": "specops.cli._cluster:cluster",
     "dashboards": "specops.dashboards._cli:dashboards",
     "alerts": "specops.alerts._cli:alerts",
+    "sidecar": "specops_sidecar._cli:sidecar",
 }
 
 

@@ -158,6 +158,9 @@ class CandidateK(_Model):
     predicted_speedup: float = Field(
         description="Throughput with k over throughput without speculation, at the observed load."
     )
+    predicted_tpot_seconds: float = Field(
+        description="Mean TPOT with k over the observed batch-size distribution."
+    )
     crossover_batch: int | None = Field(
         description="Smallest batch where TPOT(k) >= TPOT(0); null if k wins up to the limit."
     )

@@ -384,7 +384,9 @@ def _prediction(
         )
     )
     model = SpeedModel(cost, window.curve, config.context_tokens_per_request)
-    off = predict(SpecConfig.off(), load, model, Objective())
+    predictions = [
+        predict(SpecConfig.static(k), load, model, Objective()) for k in range(config.max_k + 1)
+    ]
     crossover = {c.k: c.batch for c in choice.crossovers}
     return PredictionObservation(
         status=acceptance.status,
@@ -395,11 +397,11 @@ def _prediction(
             CandidateK(
                 k=k,
                 expected_tokens=window.curve.expected_tokens(k),
-                predicted_speedup=predict(SpecConfig.static(k), load, model, Objective()).throughput
-                / off.throughput,
+                predicted_speedup=p.throughput / predictions[0].throughput,
+                predicted_tpot_seconds=p.mean_tpot_s,
                 crossover_batch=crossover.get(k),
             )
-            for k in range(1, config.max_k + 1)
+            for k, p in enumerate(predictions)
         ],
         recommended_k=choice.config.num_speculative_tokens,
         recommended_schedule=[r.as_list() for r in choice.config.per_batch_size],

@@ -113,9 +113,10 @@ def test_prediction_uses_the_policy_at_the_observed_load() -> None:
     obs = observe(snaps, now=snaps[-1].timestamp, config=config(max_k=5), source=SOURCE)
     prediction = obs.prediction
     assert prediction.status is EstimateStatus.OK
-    assert [c.k for c in prediction.candidates] == [1, 2, 3, 4, 5]
+    assert [c.k for c in prediction.candidates] == [0, 1, 2, 3, 4, 5]
+    assert prediction.candidates[0].predicted_speedup == 1.0
     assert prediction.mean_batch == 8
-    assert all(c.predicted_speedup > 1 for c in prediction.candidates)  # memory-bound at B=8
+    assert all(c.predicted_speedup > 1 for c in prediction.candidates[1:])  # memory-bound at B=8
     assert all(c.crossover_batch is None or c.crossover_batch > 8 for c in prediction.candidates)
     assert prediction.recommended_k is not None and 1 <= prediction.recommended_k <= 5
     assert prediction.explanation

@@ -1,0 +1,173 @@
+"""``specops sidecar``: measure one vLLM pod and serve the estimates."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator
+
+import click
+import httpx
+from aiohttp import web
+
+from specops.errors import SpecopsError
+from specops.observation import ObserverConfig
+from specops.profiles import get_profile, profile_names
+from specops_sidecar._server import build_app
+from specops_sidecar._sidecar import Sidecar
+from specops_sidecar._sources import DirectSource, MetricsSource, PrometheusSource
+
+__all__ = ["sidecar"]
+
+
+def _matchers(pairs: tuple[str, ...], namespace: str, pod: str) -> dict[str, str]:
+    if not pairs:
+        return {"namespace": namespace, "pod": pod}
+    matchers: dict[str, str] = {}
+    for pair in pairs:
+        label, sep, value = pair.partition("=")
+        if not sep or not label:
+            raise click.BadParameter(f"{pair!r} is not label=value", param_hint="--match")
+        matchers[label] = value
+    return matchers
+
+
+@click.command("sidecar")
+@click.option(
+    "--engine-url",
+    default="http://127.0.0.1:8000",
+    show_default=True,
+    help="The vLLM server; its /metrics is read in direct mode.",
+)
+@click.option(
+    "--prometheus-url",
+    default=None,
+    help="Prometheus base URL; when given, the default source is Prometheus.",
+)
+@click.option(
+    "--source",
+    "source_kind",
+    type=click.Choice(["auto", "direct", "prometheus"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "--match",
+    "match_pairs",
+    multiple=True,
+    metavar="LABEL=VALUE",
+    help="Prometheus label matchers (repeat); default namespace and pod.",
+)
+@click.option("--namespace", envvar="POD_NAMESPACE", default="default", show_default=True)
+@click.option("--pod", envvar="POD_NAME", default=socket.gethostname(), show_default=True)
+@click.option("--service", default="", help="The SpeculativeService the pod belongs to.")
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", default=9090, show_default=True, type=int)
+@click.option(
+    "--scrape-interval",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds between reads of the source.",
+)
+@click.option(
+    "--window",
+    "windows",
+    multiple=True,
+    type=click.FloatRange(1.0),
+    default=(60.0, 300.0, 900.0),
+    show_default=True,
+    help="Window length in seconds (repeat for several).",
+)
+@click.option(
+    "--prediction-window",
+    default=300.0,
+    show_default=True,
+    type=float,
+    help="The window (one of --window) behind the predictions.",
+)
+@click.option(
+    "--stale-after",
+    default=None,
+    type=click.FloatRange(0.1),
+    help="Seconds without a fresh reading before estimates are stale "
+    "[default: 3 scrape intervals].",
+)
+@click.option(
+    "--profile",
+    type=click.Choice(profile_names()),
+    default=None,
+    help="Performance profile: the prior of the step-time fit; none, no predictions.",
+)
+@click.option(
+    "--method",
+    default="eagle3",
+    show_default=True,
+    help="The speculative method the engine runs (selects the profile's draft cost).",
+)
+@click.option(
+    "--context-tokens",
+    default=1024.0,
+    show_default=True,
+    type=click.FloatRange(0.0),
+    help="Typical context tokens per running request, for the cost model.",
+)
+@click.option("--max-k", default=8, show_default=True, type=click.IntRange(1, 32))
+@click.option("--log-level", default="INFO", show_default=True)
+def sidecar(
+    engine_url: str,
+    prometheus_url: str | None,
+    source_kind: str,
+    match_pairs: tuple[str, ...],
+    namespace: str,
+    pod: str,
+    service: str,
+    host: str,
+    port: int,
+    scrape_interval: float,
+    windows: tuple[float, ...],
+    prediction_window: float,
+    stale_after: float | None,
+    profile: str | None,
+    method: str,
+    context_tokens: float,
+    max_k: int,
+    log_level: str,
+) -> None:
+    """Turn a vLLM pod's counters into windowed estimates on /metrics and /v1/observation."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    if source_kind == "auto":
+        source_kind = "prometheus" if prometheus_url else "direct"
+    matchers = _matchers(match_pairs, namespace, pod)
+    try:
+        config = ObserverConfig(
+            namespace=namespace,
+            pod=pod,
+            service=service,
+            windows_s=tuple(sorted(set(windows))),
+            prediction_window_s=prediction_window,
+            stale_after_s=stale_after if stale_after is not None else 3 * scrape_interval,
+            max_k=max_k,
+            method=method,
+            context_tokens_per_request=context_tokens,
+            cost_model=get_profile(profile).cost_model(method) if profile else None,
+        )
+    except (ValueError, SpecopsError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    client = httpx.AsyncClient(timeout=httpx.Timeout(min(scrape_interval, 10.0)))
+    source: MetricsSource
+    if source_kind == "prometheus":
+        if not prometheus_url:
+            raise click.UsageError("the Prometheus source needs --prometheus-url")
+        lookback = max(4 * scrape_interval, 60.0)
+        source = PrometheusSource(prometheus_url, matchers, client, lookback_s=lookback)
+    else:
+        source = DirectSource(engine_url, client)
+    app = build_app(Sidecar(source, config), scrape_interval)
+
+    async def close_client(_: web.Application) -> AsyncIterator[None]:
+        yield
+        await client.aclose()
+
+    app.cleanup_ctx.append(close_client)
+    web.run_app(app, host=host, port=port, print=None, access_log=None)

@@ -1,0 +1,125 @@
+"""Where readings come from: the engine's own ``/metrics``, or Prometheus's HTTP API.
+
+A source is anything with ``kind``, ``target`` and an async ``read()`` returning a
+:class:`~specops.observation.Reading` (or None when there is nothing new). Both take an
+``httpx.AsyncClient``, so tests swap the network for ``httpx.MockTransport``. Every
+failure is a :class:`MetricsError` whose message starts with a stable cause, then
+``": "`` and the detail, so the shell can log once per cause.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Literal, Protocol
+
+import httpx
+
+from specops.errors import MetricsError
+from specops.observation import (
+    Reading,
+    parse_exposition,
+    parse_prometheus_matrix,
+    prometheus_selector,
+)
+
+__all__ = [
+    "DirectSource",
+    "MetricsSource",
+    "PrometheusSource",
+]
+
+
+class MetricsSource(Protocol):
+    @property
+    def kind(self) -> Literal["direct", "prometheus"]: ...
+
+    @property
+    def target(self) -> str: ...
+
+    async def read(self) -> Reading | None: ...
+
+
+async def _get(
+    client: httpx.AsyncClient, url: str, params: Mapping[str, str] | None = None
+) -> httpx.Response:
+    try:
+        return await client.get(url, params=params)
+    except httpx.TimeoutException as exc:
+        raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
+    except httpx.HTTPError as exc:
+        raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
+
+
+class DirectSource:
+    """Scrapes the engine's ``/metrics``; a reading is stamped with the local clock."""
+
+    kind: Literal["direct"] = "direct"
+
+    def __init__(
+        self,
+        engine_url: str,
+        client: httpx.AsyncClient,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._url = engine_url.rstrip("/") + "/metrics"
+        self._client = client
+        self._clock = clock
+
+    @property
+    def target(self) -> str:
+        return self._url
+
+    async def read(self) -> Reading:
+        response = await _get(self._client, self._url)
+        if response.status_code != 200:
+            raise MetricsError(
+                f"engine answered HTTP {response.status_code}: {response.text[:200]!r}"
+            )
+        return parse_exposition(response.text, self._clock())
+
+
+class PrometheusSource:
+    """Asks Prometheus for the newest scrape of the pod's vLLM series.
+
+    The query is a range selector (``<selector>[lookback]``) so that each sample keeps
+    its scrape timestamp: consecutive readings then measure exactly the time between
+    Prometheus's scrapes, and a reading whose timestamp has not moved is no new data.
+    """
+
+    kind: Literal["prometheus"] = "prometheus"
+
+    def __init__(
+        self,
+        prometheus_url: str,
+        matchers: Mapping[str, str],
+        client: httpx.AsyncClient,
+        lookback_s: float = 60.0,
+    ) -> None:
+        self._url = prometheus_url.rstrip("/") + "/api/v1/query"
+        self._query = f"{prometheus_selector(matchers)}[{int(lookback_s)}s]"
+        self._client = client
+        self._last: float | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self._url}?query={self._query}"
+
+    async def read(self) -> Reading | None:
+        response = await _get(self._client, self._url, {"query": self._query})
+        try:
+            payload = json.loads(response.text)
+        except ValueError as exc:
+            raise MetricsError(
+                f"Prometheus answered HTTP {response.status_code} without JSON: {exc}"
+            ) from exc
+        reading = parse_prometheus_matrix(payload)
+        if reading is None:
+            raise MetricsError(
+                f"no series in Prometheus: nothing matches {self._query} (pod not scraped?)"
+            )
+        if self._last is not None and reading.timestamp <= self._last:
+            return None
+        self._last = reading.timestamp
+        return reading
