@@ -28,6 +28,12 @@ def fleet() -> db.Dashboard:
     concurrency = f"avg by (namespace, service) ({q.VLLM_RUNNING}{{{SELECTOR}}})"
     tpot_p90 = q.histogram_quantile(0.9, q.VLLM_TPOT, SELECTOR, RATE, BY_SERVICE)
     throughput = q.rate_sum(q.VLLM_GENERATION_TOKENS, SELECTOR, RATE, BY_SERVICE)
+    running_k = f"max by (namespace, service) ({q.SIDECAR_CONFIGURED_K}{{{SELECTOR}}})"
+    recommended_k = f"max by (namespace, service) ({q.SIDECAR_RECOMMENDED_K}{{{SELECTOR}}})"
+    restarts = f"sum by (namespace, service) (resets({q.VLLM_GENERATION_TOKENS}{{{SELECTOR}}}[1h]))"
+    not_usable = (
+        f"1 - min by (namespace, service, estimate) ({q.SIDECAR_ESTIMATE_OK}{{{SELECTOR}}})"
+    )
     return (
         db.Dashboard("specops / Fleet")
         .uid(FLEET_UID)
@@ -62,6 +68,8 @@ def fleet() -> db.Dashboard:
                 "SpeculativeServices",
                 "The current state of each service, one row each.",
                 [
+                    ("k", Query(running_k)),
+                    ("Recommended k", Query(recommended_k)),
                     ("Acceptance length", Query(acceptance)),
                     ("Running per pod", Query(concurrency)),
                     ("TPOT p90 (s)", Query(tpot_p90)),
@@ -103,6 +111,27 @@ def fleet() -> db.Dashboard:
                 "Generated tokens per second per service.",
                 [Query(throughput, LEGEND)],
                 unit="suffix: tok/s",
+                minimum=0,
+            )
+        )
+        .with_row(db.Row("Restarts and withheld decisions"))
+        .with_panel(
+            timeseries_panel(
+                "Engine restarts in the past hour",
+                "Counter resets of each service's engines: crashes and in-place restarts. "
+                "Reconfigurations replace pods instead.",
+                [Query(restarts, LEGEND)],
+                unit="short",
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Estimates not usable, by kind",
+                "Share of pods whose estimate is stale or unknown. The controller withholds "
+                "decisions while the acceptance or load estimate is not usable.",
+                [Query(not_usable, LEGEND + " {{estimate}}")],
+                unit="percentunit",
                 minimum=0,
             )
         )

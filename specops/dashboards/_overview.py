@@ -8,6 +8,7 @@ from specops.dashboards import _promql as q
 from specops.dashboards._panels import (
     RATE,
     Query,
+    annotation,
     datasource_variable,
     label_variable,
     stat_panel,
@@ -28,9 +29,19 @@ def _quantiles(metric: str) -> list[Query]:
     ]
 
 
+def _sidecar(metric: str, aggregation: str = "max", extra: str = "") -> str:
+    return f"{aggregation}({metric}{{{SELECTOR}{extra}}})"
+
+
 def overview() -> db.Dashboard:
     """Build the overview dashboard for one SpeculativeService."""
     acceptance = q.acceptance_length(SELECTOR, RATE)
+    measured_tpot = q.histogram_mean(q.VLLM_TPOT, SELECTOR, RATE)
+    predicted_tpot_off = _sidecar(q.SIDECAR_PREDICTED_TPOT, "avg", ', k="0"')
+    reconfigurations = (
+        f"sum(increase({q.OPERATOR_DECISIONS}{{{SELECTOR}, "
+        f'action=~"Reconfigure|Rollback"}}[$__interval])) > 0'
+    )
     return (
         db.Dashboard("specops / Overview")
         .uid(OVERVIEW_UID)
@@ -40,6 +51,7 @@ def overview() -> db.Dashboard:
         .time("now-1h", "now")
         .refresh("30s")
         .timezone("browser")
+        .annotation(annotation("Reconfigurations", reconfigurations, "orange"))
         .with_variable(datasource_variable())
         .with_variable(
             label_variable(
@@ -62,6 +74,20 @@ def overview() -> db.Dashboard:
         .with_row(db.Row("Speculation now"))
         .with_panel(
             stat_panel(
+                "Draft positions (k)",
+                "num_speculative_tokens the engines run now, as they report it; 0 is off.",
+                Query(_sidecar(q.SIDECAR_CONFIGURED_K), "k"),
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Recommended k",
+                "What the measured acceptance and load call for now (0: off).",
+                Query(_sidecar(q.SIDECAR_RECOMMENDED_K), "recommended k"),
+            )
+        )
+        .with_panel(
+            stat_panel(
                 "Mean acceptance length",
                 "Tokens emitted per verification step: 1 + accepted draft tokens per draft.",
                 Query(acceptance, "acceptance length"),
@@ -76,12 +102,34 @@ def overview() -> db.Dashboard:
                 decimals=1,
             )
         )
+        .with_panel(
+            stat_panel(
+                "Best predicted speedup",
+                "Throughput over no speculation for the best k, predicted at this load.",
+                Query(_sidecar(q.SIDECAR_PREDICTED_SPEEDUP), "speedup"),
+                unit="x",
+                decimals=2,
+            )
+        )
+        .with_panel(
+            stat_panel(
+                "Metrics age",
+                "Age of the newest engine reading behind the estimates; decisions wait when stale.",
+                Query(_sidecar(q.SIDECAR_METRICS_AGE), "age"),
+                unit="s",
+                decimals=0,
+            )
+        )
         .with_row(db.Row("Load"))
         .with_panel(
             timeseries_panel(
-                "Concurrency per pod",
-                "Requests each engine decodes at once. Speculation pays below the crossover.",
-                [Query(f"{q.VLLM_RUNNING}{{{SELECTOR}}}", "{{pod}}")],
+                "Concurrency against the measured crossover",
+                "Requests each engine decodes at once, and for each k the batch size from "
+                "which it stops paying. Speculation with k pays below its crossover.",
+                [
+                    Query(f"{q.VLLM_RUNNING}{{{SELECTOR}}}", "running {{pod}}"),
+                    Query(f"min by (k) ({q.SIDECAR_CROSSOVER}{{{SELECTOR}}})", "crossover k={{k}}"),
+                ],
                 unit="short",
                 minimum=0,
             )
@@ -102,8 +150,15 @@ def overview() -> db.Dashboard:
         .with_panel(
             timeseries_panel(
                 "Mean acceptance length",
-                "1 + accepted tokens per draft, between 1 and k + 1.",
-                [Query(acceptance, "acceptance length")],
+                "1 + accepted tokens per draft, between 1 and k + 1: from the engine's "
+                "counters, and the sidecar's windowed estimate the controller uses.",
+                [
+                    Query(acceptance, "engine counters"),
+                    Query(
+                        f"avg by (window) ({q.SIDECAR_ACCEPTANCE_LENGTH}{{{SELECTOR}}})",
+                        "sidecar, {{window}} window",
+                    ),
+                ],
                 unit="none",
                 minimum=1,
             )
@@ -145,6 +200,35 @@ def overview() -> db.Dashboard:
                 [Query(q.rate_sum(q.VLLM_GENERATION_TOKENS, SELECTOR, RATE), "tokens/s")],
                 unit="suffix: tok/s",
                 width=8,
+                minimum=0,
+            )
+        )
+        .with_row(db.Row("Prediction against measurement"))
+        .with_panel(
+            timeseries_panel(
+                "Predicted against measured speedup",
+                "Predicted: throughput over k = 0 at the observed load, per k. Measured: the "
+                "predicted TPOT without speculation over the measured mean TPOT.",
+                [
+                    Query(
+                        f"avg by (k) ({q.SIDECAR_PREDICTED_SPEEDUP}{{{SELECTOR}}})",
+                        "predicted k={{k}}",
+                    ),
+                    Query(f"{predicted_tpot_off} / ({measured_tpot})", "measured"),
+                ],
+                unit="x",
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "k over time",
+                "The k the engines run and the k the measurements recommend; "
+                "reconfigurations are marked.",
+                [
+                    Query(_sidecar(q.SIDECAR_CONFIGURED_K), "running k"),
+                    Query(_sidecar(q.SIDECAR_RECOMMENDED_K), "recommended k"),
+                ],
+                unit="short",
                 minimum=0,
             )
         )

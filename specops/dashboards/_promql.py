@@ -14,15 +14,14 @@ from collections.abc import Sequence
 
 __all__ = [
     "OPERATOR_DECISIONS",
-    "OPERATOR_K",
-    "OPERATOR_MODE",
     "SIDECAR_ACCEPTANCE_LENGTH",
+    "SIDECAR_CONFIGURED_K",
     "SIDECAR_CROSSOVER",
+    "SIDECAR_ESTIMATE_OK",
     "SIDECAR_METRICS_AGE",
     "SIDECAR_PREDICTED_SPEEDUP",
     "SIDECAR_PREDICTED_TPOT",
     "SIDECAR_RECOMMENDED_K",
-    "SIDECAR_RUNNING",
     "VLLM_ACCEPTED",
     "VLLM_ACCEPTED_PER_POS",
     "VLLM_DRAFTS",
@@ -55,18 +54,17 @@ VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
 VLLM_TTFT = "vllm:time_to_first_token_seconds"
 
-# The sidecar's windowed estimates (labels namespace, pod, service).
+# The sidecar's estimates (labels namespace, pod, service; windowed ones also ``window``).
 SIDECAR_ACCEPTANCE_LENGTH = "specops_acceptance_length"
-SIDECAR_RUNNING = "specops_running_requests"
+SIDECAR_CONFIGURED_K = "specops_configured_k"
+SIDECAR_RECOMMENDED_K = "specops_recommended_k"
 SIDECAR_PREDICTED_SPEEDUP = "specops_predicted_speedup"
 SIDECAR_PREDICTED_TPOT = "specops_predicted_tpot_seconds"
 SIDECAR_CROSSOVER = "specops_crossover_concurrency"
-SIDECAR_RECOMMENDED_K = "specops_recommended_k"
 SIDECAR_METRICS_AGE = "specops_metrics_age_seconds"
+SIDECAR_ESTIMATE_OK = "specops_estimate_ok"
 
-# The operator's state and decisions (labels namespace, service).
-OPERATOR_MODE = "specops_mode"
-OPERATOR_K = "specops_speculative_tokens"
+# The operator's decisions (labels namespace, service, action, reason), one count per decision.
 OPERATOR_DECISIONS = "specops_decisions_total"
 
 
