@@ -13,6 +13,7 @@ from specops import __version__
 _SUBCOMMANDS: dict[str, str] = {
     "crd": "specops.cli._crd:crd",
     "sim": "specops.sim._cli:sim",
+    "load": "specops.loadgen._cli:load",
     "render": "specops.cli._render:render",
     "operator": "specops_operator._cli:operator",
     "cluster": "specops.cli._cluster:cluster",
