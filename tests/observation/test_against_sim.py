@@ -1,0 +1,138 @@
+"""Estimates against the simulated engine's known truth, in virtual time (no processes).
+
+The workload fixes the per-position conditional acceptance, so E(k) is known for every
+k; the engine's steps take the profile's step time, and each StepResult says how long
+it took, so the measured step time has an exact reference.
+"""
+
+import dataclasses
+
+import pytest
+
+from specops.observation import (
+    EstimateStatus,
+    Observation,
+    ObserverConfig,
+    Snapshot,
+    SourceObservation,
+    observe,
+    parse_exposition,
+    snapshot_from_reading,
+)
+from specops.policy import StepShape
+from specops.profiles import get_profile
+from specops.sim import (
+    EngineConfig,
+    LengthDistribution,
+    ParametricComponent,
+    SimulatedEngine,
+    Workload,
+    WorkloadSpec,
+    parse_speculative_config,
+)
+from specops.sim._exposition import render_metrics
+
+CONDITIONAL = (0.85, 0.75, 0.7)  # the last rate repeats past position 2
+K = 3
+CONCURRENCY = 12
+PROFILE = get_profile("llama3.1-8b-h100")
+SOURCE = SourceObservation(kind="direct", target="sim", up=True)
+
+
+def true_expected(k: int) -> float:
+    total, rate = 1.0, 1.0
+    for i in range(k):
+        rate *= CONDITIONAL[min(i, len(CONDITIONAL) - 1)]
+        total += rate
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    snapshots: list[Snapshot]
+    step_seconds: list[float]
+
+
+@pytest.fixture(scope="module")
+def run() -> Run:
+    """Closed loop at fixed concurrency for 150 virtual seconds, read every 15 s."""
+    spec = WorkloadSpec(
+        name="fixed",
+        components={
+            "only": ParametricComponent(
+                network=CONDITIONAL,
+                prompt_len=LengthDistribution(mean=200),
+                output_len=LengthDistribution(mean=300),
+            )
+        },
+    )
+    config = EngineConfig(
+        served_model_name="m",
+        speculative=parse_speculative_config(
+            f'{{"method": "eagle", "model": "d", "num_speculative_tokens": {K}}}'
+        ),
+    )
+    engine = SimulatedEngine(PROFILE, Workload(spec, seed=1), config)
+    for _ in range(CONCURRENCY):
+        engine.add_request()
+    snapshots: list[Snapshot] = []
+    steps: list[float] = []
+    next_reading = 0.0
+    while engine.now < 150.0:
+        if engine.now >= next_reading:
+            page = render_metrics(engine.metrics(), "m", speculative=True).decode()
+            snapshots.append(snapshot_from_reading(parse_exposition(page, engine.now)))
+            next_reading += 15.0
+        result = engine.step()
+        steps.append(result.end - result.start)
+        for _ in result.finished:
+            engine.add_request()
+    return Run(snapshots, steps)
+
+
+def observation(snapshots: list[Snapshot], prior_scale: float = 1.0) -> Observation:
+    model = PROFILE.cost_model("eagle")
+    prior_model = dataclasses.replace(
+        model, t_fixed=model.t_fixed * prior_scale, c_tok=model.c_tok * prior_scale
+    )
+    config = ObserverConfig(
+        namespace="ns",
+        pod="p",
+        service="s",
+        windows_s=(300.0,),
+        prediction_window_s=300.0,
+        cost_model=prior_model,
+        context_tokens_per_request=350.0,
+        method="eagle",
+    )
+    return observe(snapshots, snapshots[-1].timestamp, config, SOURCE)
+
+
+def test_expected_tokens_match_the_workloads_acceptance(run: Run) -> None:
+    acceptance = observation(run.snapshots).windows[0].acceptance
+    assert acceptance.status is EstimateStatus.OK
+    for e in acceptance.expected_tokens:
+        assert abs(e.tokens - true_expected(e.k)) <= 3 * e.stderr + 1e-9, e
+        assert e.tokens == pytest.approx(true_expected(e.k), rel=0.02)
+    assert acceptance.mean_acceptance_length == pytest.approx(true_expected(K), rel=0.01)
+
+
+def test_step_time_matches_the_engines_steps(run: Run) -> None:
+    cost = observation(run.snapshots).windows[0].cost
+    assert cost.status is EstimateStatus.OK
+    true_mean = sum(run.step_seconds) / len(run.step_seconds)
+    assert cost.step_seconds == pytest.approx(true_mean, rel=0.02)
+
+
+def test_fit_moves_from_a_wrong_prior_to_the_measured_step_time(run: Run) -> None:
+    cost = observation(run.snapshots, prior_scale=0.6).windows[0].cost
+    assert cost.fit is not None and cost.prior is not None
+    n = cost.batched_tokens_per_step
+    assert n is not None
+    batch = round(n / (K + 1))
+    truth = PROFILE.cost_model("eagle").step_time(StepShape(batch, K, batch * 350))
+    prior_at_n = cost.prior.intercept_seconds + cost.prior.slope_seconds_per_token * n
+    fitted_at_n = cost.fit.intercept_seconds + cost.fit.slope_seconds_per_token * n
+    assert abs(prior_at_n - truth) / truth > 0.2
+    assert fitted_at_n == pytest.approx(truth, rel=0.05)
+    assert fitted_at_n == pytest.approx(cost.step_seconds, rel=0.02)
