@@ -111,6 +111,11 @@ class _Server:
         self._wake = asyncio.Event()
         self._streams: dict[str, asyncio.Queue[int | FinishedRequest | None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._origin = 0.0
+
+    def clock(self) -> float:
+        """Engine seconds now: the event loop's clock since the engine started."""
+        return asyncio.get_running_loop().time() - self._origin
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -138,15 +143,15 @@ class _Server:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        origin = loop.time() - self.engine.now
+        self._origin = loop.time() - self.engine.now
         engine = self.engine
         while True:
             if not engine.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-            engine.now = max(engine.now, loop.time() - origin)
+            engine.now = max(engine.now, self.clock())
             result = engine.step()
-            delay = origin + result.end - loop.time()
+            delay = result.end - self.clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             for request_id, tokens in result.emitted:
@@ -270,6 +275,7 @@ class _Server:
         self._streams[request_id] = queue
         self.engine.add_request(
             request_id,
+            arrival=self.clock(),
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             ignore_eos=bool(body.get("ignore_eos", False)),

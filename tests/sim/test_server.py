@@ -148,3 +148,18 @@ async def test_metrics_parse_and_counters_only_grow(client: TestClient) -> None:
     success = "vllm:request_success_total"
     labels = [("engine", "0"), ("finished_reason", "length"), ("model_name", "llama")]
     assert after[f"{success}{labels}"] == 4
+
+
+async def test_time_to_first_token_does_not_count_idle_time(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+    await asyncio.sleep(0.5)
+    await client.post("/v1/completions", json={"model": "llama", "prompt": "hi", "max_tokens": 2})
+    page = await (await client.get("/metrics")).text()
+    ttft = {
+        s.name: s.value
+        for family in text_string_to_metric_families(page)
+        if family.name == "vllm:time_to_first_token_seconds"
+        for s in family.samples
+    }
+    assert ttft["vllm:time_to_first_token_seconds_count"] == 1
+    assert ttft["vllm:time_to_first_token_seconds_sum"] < 0.2
