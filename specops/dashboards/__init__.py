@@ -11,6 +11,14 @@ from specops.dashboards._generate import (
     write_dashboards,
 )
 from specops.dashboards._overview import OVERVIEW_UID, overview
+from specops.dashboards._preview import (
+    PanelData,
+    Series,
+    fetch_panels,
+    query_range,
+    render_preview,
+    substitute,
+)
 from specops.dashboards._promql import (
     OPERATOR_DECISIONS,
     SIDECAR_ACCEPTANCE_LENGTH,
@@ -65,17 +73,23 @@ __all__ = [
     "VLLM_TPOT",
     "VLLM_TTFT",
     "VLLM_WAITING",
+    "PanelData",
+    "Series",
     "acceptance_length",
     "by_clause",
+    "fetch_panels",
     "fleet",
     "histogram_mean",
     "histogram_quantile",
     "iter_panels",
     "overview",
     "per_position_acceptance",
+    "query_range",
     "rate_sum",
     "render_dashboards",
+    "render_preview",
     "series",
     "stale_dashboards",
+    "substitute",
     "write_dashboards",
 ]

@@ -10,7 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from specops.cli import main
-from specops.dashboards import DASHBOARDS, iter_panels, render_dashboards, stale_dashboards
+from specops.dashboards import (
+    DASHBOARDS,
+    iter_panels,
+    render_dashboards,
+    stale_dashboards,
+    substitute,
+)
+from specops.errors import MetricsError
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DASHBOARDS = REPO / "charts" / "specops" / "dashboards"
@@ -77,3 +84,11 @@ def test_panels_do_not_overlap() -> None:
             }
             assert not cells & area, panel["title"]
             cells |= area
+
+
+def test_variables_are_substituted_as_grafana_does() -> None:
+    expr = 'rate(m{namespace=~"$namespace", service="${service}"}[$__rate_interval])'
+    variables = {"namespace": "llm", "service": "llama", "__rate_interval": "1m"}
+    assert substitute(expr, variables) == 'rate(m{namespace=~"llm", service="llama"}[1m])'
+    with pytest.raises(MetricsError, match=r"\$pod"):
+        substitute('m{pod="$pod"}', variables)
