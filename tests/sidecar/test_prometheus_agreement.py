@@ -1,0 +1,191 @@
+"""Both sources on the same data: a real ``specops sim serve`` scraped by a real Prometheus.
+
+Both histories start at the idle engine and end after the load stops and Prometheus has
+scraped the final state. Windowed counter sums telescope to (last - first), so every
+counter-based estimate (acceptance, E(k), latency quantiles) must be identical whatever
+the readings in between; rates and step times differ only by where the readings fell.
+"""
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from specops_sidecar import DirectSource, PrometheusSource
+
+from specops.errors import MetricsError
+from specops.observation import (
+    EstimateStatus,
+    Observation,
+    ObserverConfig,
+    Snapshot,
+    SourceObservation,
+    observe,
+    snapshot_from_reading,
+)
+from specops.observation import Gauge as G
+from specops.profiles import get_profile
+
+pytestmark = pytest.mark.integration
+
+PROMETHEUS = "/usr/bin/prometheus"
+LABELS = {"namespace": "ns", "pod": "llama-0"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_for(url: str, deadline_s: float = 30.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} never answered 200")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def engine_url() -> Iterator[str]:
+    port = _free_port()
+    specops = str(Path(sys.executable).parent / "specops")
+    command = [specops, "sim", "serve", "llama", "--port", str(port), "--host", "127.0.0.1"]
+    command += ["--workload", "gsm8k", "--speculative-config"]
+    command += ['{"method": "eagle", "model": "d", "num_speculative_tokens": 3}']
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(f"{url}/health")
+        yield url
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+def prometheus_url(engine_url: str, tmp_path: Path) -> Iterator[str]:
+    if not Path(PROMETHEUS).exists():
+        pytest.fail(f"{PROMETHEUS} is missing: apt-get install prometheus")
+    target = engine_url.removeprefix("http://")
+    labels = ", ".join(f"{k}: {v}" for k, v in LABELS.items())
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: vllm\n"
+        f"    static_configs: [{{targets: ['{target}'], labels: {{{labels}}}}}]\n"
+    )
+    port = _free_port()
+    command = [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}"]
+    command += [f"--web.listen-address=127.0.0.1:{port}"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_for(f"{url}/-/ready")
+        yield url
+    finally:
+        _stop(process)
+        shutil.rmtree(tmp_path / "data", ignore_errors=True)
+
+
+async def _load(engine_url: str, concurrency: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=60.0) as client:
+
+        async def user() -> None:
+            while time.monotonic() < deadline:
+                response = await client.post(
+                    f"{engine_url}/v1/completions",
+                    json={"model": "llama", "prompt": "hello " * 50, "max_tokens": 128},
+                )
+                assert response.status_code == 200
+
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+
+
+async def _poll(
+    source: DirectSource | PrometheusSource, into: list[Snapshot], stop: asyncio.Event
+) -> None:
+    while not stop.is_set():
+        reading = await source.read()
+        if reading is not None:
+            into.append(snapshot_from_reading(reading))
+        await asyncio.sleep(0.5)
+
+
+def _observe(snapshots: list[Snapshot], kind: str, now: float) -> Observation:
+    config = ObserverConfig(
+        namespace="ns",
+        pod="llama-0",
+        service="llama",
+        windows_s=(600.0,),
+        prediction_window_s=600.0,
+        cost_model=get_profile("llama3.1-8b-h100").network,
+        method="eagle",
+        stale_after_s=600.0,
+    )
+    source = SourceObservation(kind=kind, target="", up=True)  # type: ignore[arg-type]
+    return observe(snapshots, now, config, source)
+
+
+async def test_direct_and_prometheus_sources_agree(engine_url: str, prometheus_url: str) -> None:
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        direct = DirectSource(engine_url, client)
+        prometheus = PrometheusSource(prometheus_url, LABELS, client, lookback_s=30)
+        # Both must first see the idle engine.
+        deadline = time.monotonic() + 30
+        first = None
+        while first is None and time.monotonic() < deadline:
+            try:
+                first = await prometheus.read()
+            except MetricsError:  # Prometheus has not scraped the engine yet
+                await asyncio.sleep(0.5)
+        assert first is not None, "Prometheus never scraped the engine"
+        from_direct: list[Snapshot] = [snapshot_from_reading(await direct.read())]
+        from_prom: list[Snapshot] = [snapshot_from_reading(first)]
+
+        stop = asyncio.Event()
+        pollers = [
+            asyncio.create_task(_poll(direct, from_direct, stop)),
+            asyncio.create_task(_poll(prometheus, from_prom, stop)),
+        ]
+        await _load(engine_url, concurrency=8, seconds=15.0)
+        await asyncio.sleep(3.0)  # idle engine, scraped at least twice more
+        stop.set()
+        await asyncio.gather(*pollers)
+
+    assert from_direct[-1].gauges[G.RUNNING] == 0
+    assert from_direct[0].counters == from_prom[0].counters
+    assert from_direct[-1].counters == from_prom[-1].counters
+    assert from_direct[-1].histograms == from_prom[-1].histograms
+    now = max(from_direct[-1].timestamp, from_prom[-1].timestamp)
+    d = _observe(from_direct, "direct", now).windows[0]
+    p = _observe(from_prom, "prometheus", now).windows[0]
+    assert d.acceptance.status is p.acceptance.status is EstimateStatus.OK
+    assert d.acceptance.drafts == p.acceptance.drafts > 0
+    assert d.acceptance.per_position == pytest.approx(p.acceptance.per_position, rel=1e-12)
+    assert d.acceptance.expected_tokens == p.acceptance.expected_tokens
+    assert d.outcome.tpot == p.outcome.tpot
+    assert d.outcome.itl == p.outcome.itl
+    assert d.cost.step_seconds is not None and p.cost.step_seconds is not None
+    assert d.cost.step_seconds == pytest.approx(p.cost.step_seconds, rel=0.15)
