@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from harness import Kubectl, Wait
 from kubernetes import client, config
 
 from specops.cluster import (
@@ -25,9 +26,6 @@ from specops.cluster import (
     LocalCluster,
     running_cluster,
 )
-
-Wait = Callable[[Callable[[], bool], str], None]
-Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 WAIT_TIMEOUT_S = 120.0
 _PREFIX = "e2e-"

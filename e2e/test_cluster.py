@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Kubectl, Wait
+from harness import Kubectl, Wait
 from kubernetes import client
 
 from specops.cluster import (
