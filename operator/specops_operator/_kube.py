@@ -7,6 +7,7 @@ plain data in, data out. Library errors become :class:`KubeApiError` here.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, cast
 
 import kubernetes
@@ -62,7 +63,8 @@ class Kube:
         try:
             kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+            # Read KUBECONFIG now: the client captured it when it was imported.
+            kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
         return cls(kubernetes.client.ApiClient())
 
     def _call(self, method: str, path: str, body: Obj | None = None) -> Obj:

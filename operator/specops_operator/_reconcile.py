@@ -102,8 +102,25 @@ def reconcile(
     current = body.get("status") or {}
     status_written = not covers(_without_times(status), _without_times(current))
     if status_written:
-        kube.patch_status(dict(body), status)
+        kube.patch_status(dict(body), _merge_patch(status, current))
     return Outcome(tuple(writes), status_written)
+
+
+def _merge_patch(desired: Mapping[str, Any], current: Mapping[str, Any]) -> Obj:
+    """A JSON merge patch from ``current`` to ``desired`` for the keys ``desired`` owns.
+
+    Nested keys that ``desired`` dropped become null, so that they are removed; top-level
+    keys ``desired`` does not mention (the controller's fields) are left untouched.
+    """
+    patch: Obj = {}
+    for key, value in desired.items():
+        before = current.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            gone = {old: None for old in before if old not in value}
+            patch[key] = {**gone, **_merge_patch(value, before)}
+        else:
+            patch[key] = value
+    return patch
 
 
 def _without_times(status: Mapping[str, Any]) -> Obj:
