@@ -54,9 +54,9 @@ async def _eventually(check: Callable[[], bool], what: str) -> None:
 
 def _live(kmock: Any, resource: str, name: str) -> dict[str, Any] | None:
     for (res, namespace, obj_name), obj in kmock.objects.items():
-        if f"{res.group}/{res.version}/{res.plural}".lstrip("/") == resource.lstrip("/"):
-            if namespace == NS and obj_name == name and not obj.deleted:
-                return dict(obj.raw)
+        key = f"{res.group}/{res.version}/{res.plural}".lstrip("/")
+        if key == resource and namespace == NS and obj_name == name and not obj.deleted:
+            return dict(obj.raw)
     return None
 
 
