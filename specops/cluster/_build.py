@@ -9,6 +9,7 @@ is redone rather than trusted. With the stamps present nothing runs but a few st
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -176,14 +177,23 @@ def _check_version(binary: Path, version: str) -> None:
         )
 
 
-def _ensure_kubernetes(layout: CacheLayout, version: str, progress: Progress) -> Path:
-    root = layout.kubernetes(version)
-    bin_dir, src, stamp = root / "bin", root / "src", root / "build.json"
-    expected = {"kubernetes": version, "ldflags": version_ldflags(version)}
-    if _stamped(stamp, expected, [bin_dir / b for b in KUBE_BINARIES]):
-        return bin_dir
+def _once(
+    root: Path, expected: Mapping[str, str], outputs: list[Path], build: Callable[[], None]
+) -> None:
+    """Run ``build`` unless its stamp says it is done; one builder at a time per directory."""
+    if _stamped(root / "build.json", expected, outputs):
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _stamped(root / "build.json", expected, outputs):
+            build()
+            (root / "build.json").write_text(json.dumps(dict(expected)))
+
+
+def _build_kubernetes(root: Path, version: str, progress: Progress) -> None:
+    bin_dir, src, log = root / "bin", root / "src", root / "build.log"
     go = find_go()
-    log = root / "build.log"
     bin_dir.mkdir(parents=True, exist_ok=True)
     src.mkdir(parents=True, exist_ok=True)
     log.write_text("")
@@ -194,10 +204,10 @@ def _ensure_kubernetes(layout: CacheLayout, version: str, progress: Progress) ->
     started = time.monotonic()
     info = _go_json(go, ["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], "kubernetes")
     upstream = Path(info["GoMod"]).read_text()
-    gomod = wrapper_gomod(version, staging_modules(upstream), go_directives(upstream))
-    (src / "go.mod").write_text(gomod)
+    staging = staging_modules(upstream)
+    (src / "go.mod").write_text(wrapper_gomod(version, staging, go_directives(upstream)))
     progress(
-        f"  wrapper module {src} replaces {len(staging_modules(upstream))} staging modules"
+        f"  wrapper module {src} replaces {len(staging)} staging modules"
         f" with {staging_version(version)}"
     )
     argv = [str(go), "build", "-mod=mod", "-p", _jobs(os.environ), "-trimpath"]
@@ -206,54 +216,51 @@ def _ensure_kubernetes(layout: CacheLayout, version: str, progress: Progress) ->
     _run_logged(argv, cwd=src, env=_go_env(go), log=log, what="kubernetes", progress=progress)
     for binary in KUBE_BINARIES:
         _check_version(bin_dir / binary, version)
-    stamp.write_text(json.dumps(expected))
     progress(f"  built kubernetes {version} in {(time.monotonic() - started) / 60:.1f} min")
-    return bin_dir
 
 
-def _ensure_kwok(layout: CacheLayout, version: str, progress: Progress) -> Path:
-    root = layout.kwok(version)
-    bin_dir, stages, stamp = root / "bin", root / "stages", root / "build.json"
-    expected = {"kwok": version, "stages": ",".join(KWOK_STAGES)}
-    outputs = [bin_dir / "kwok", *kwok_stage_files(layout, version)]
-    if _stamped(stamp, expected, outputs):
-        return root
+def _build_kwok(root: Path, version: str, progress: Progress) -> None:
+    bin_dir, stages, log = root / "bin", root / "stages", root / "build.log"
     go = find_go()
-    log = root / "build.log"
     bin_dir.mkdir(parents=True, exist_ok=True)
     stages.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    progress(f"Building kwok {version} with go install (once per version; a few minutes)")
+    progress(f"Building kwok {version} with go install (once per version; about 1-2 min)")
     started = time.monotonic()
     info = _go_json(go, ["mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"], "kwok")
     for stage in KWOK_STAGES:
-        shutil.copyfile(
-            Path(info["Dir"]) / "kustomize" / "stage" / stage, stages / stage.replace("/", "-")
-        )
+        shutil.copyfile(Path(info["Dir"]) / "kustomize" / "stage" / stage, stages / _flat(stage))
     argv = [str(go), "install", "-p", _jobs(os.environ), "-trimpath", "-ldflags", "-s -w"]
     argv.append(f"sigs.k8s.io/kwok/cmd/kwok@{version}")
     env = _go_env(go, {"GOBIN": str(bin_dir)})
     _run_logged(argv, cwd=root, env=env, log=log, what="kwok", progress=progress)
-    stamp.write_text(json.dumps(expected))
     progress(f"  built kwok {version} in {(time.monotonic() - started) / 60:.1f} min")
-    return root
+
+
+def _flat(stage: str) -> str:
+    return stage.replace("/", "-")
 
 
 def kwok_stage_files(layout: CacheLayout, version: str) -> tuple[Path, ...]:
     """Where the build keeps its copy of kwok's stage configs, in ``KWOK_STAGES`` order."""
     stages = layout.kwok(version) / "stages"
-    return tuple(stages / stage.replace("/", "-") for stage in KWOK_STAGES)
+    return tuple(stages / _flat(stage) for stage in KWOK_STAGES)
 
 
 def ensure_binaries(layout: CacheLayout, versions: Versions, progress: Progress) -> Binaries:
     """Every executable of the cluster, building what the cache lacks (Go only when it must)."""
     etcd = find_etcd()
-    kube = _ensure_kubernetes(layout, versions.kubernetes, progress)
-    kwok = _ensure_kwok(layout, versions.kwok, progress)
-    return Binaries(
-        etcd=etcd,
-        kube_apiserver=kube / "kube-apiserver",
-        kube_controller_manager=kube / "kube-controller-manager",
-        kube_scheduler=kube / "kube-scheduler",
-        kwok=kwok / "bin" / "kwok",
+    kube, kwok = layout.kubernetes(versions.kubernetes), layout.kwok(versions.kwok)
+    kube_bins = [kube / "bin" / b for b in KUBE_BINARIES]
+    kube_stamp = {
+        "kubernetes": versions.kubernetes,
+        "ldflags": version_ldflags(versions.kubernetes),
+    }
+    _once(
+        kube, kube_stamp, kube_bins, lambda: _build_kubernetes(kube, versions.kubernetes, progress)
     )
+    kwok_outputs = [kwok / "bin" / "kwok", *kwok_stage_files(layout, versions.kwok)]
+    kwok_stamp = {"kwok": versions.kwok, "stages": ",".join(KWOK_STAGES)}
+    _once(kwok, kwok_stamp, kwok_outputs, lambda: _build_kwok(kwok, versions.kwok, progress))
+    apiserver, controller_manager, scheduler = kube_bins
+    return Binaries(etcd, apiserver, controller_manager, scheduler, kwok_outputs[0])

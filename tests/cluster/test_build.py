@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from specops.cluster._build import _run_logged, _stamped, find_etcd, find_go
+from specops.cluster._build import _once, _run_logged, find_etcd, find_go
 from specops.errors import ClusterError
 
 
@@ -28,14 +27,25 @@ def test_explicit_go_is_used(tmp_path: Path) -> None:
     assert find_go({"SPECOPS_GO": str(go), "PATH": ""}, fallback=tmp_path / "none") == go
 
 
-def test_stamp_must_match_and_outputs_exist(tmp_path: Path) -> None:
-    stamp, output = tmp_path / "build.json", tmp_path / "bin"
-    expected = {"kubernetes": "v1.36.3"}
-    stamp.write_text(json.dumps(expected))
-    assert not _stamped(stamp, expected, [output])
-    output.write_text("")
-    assert _stamped(stamp, expected, [output])
-    assert not _stamped(stamp, {"kubernetes": "v1.36.4"}, [output])
+def test_build_runs_once_and_only_a_finished_build_is_stamped(tmp_path: Path) -> None:
+    output = tmp_path / "bin"
+    runs: list[str] = []
+
+    def failing() -> None:
+        runs.append("failing")
+        raise ClusterError("boom")
+
+    def working() -> None:
+        runs.append("working")
+        output.write_text("")
+
+    with pytest.raises(ClusterError):
+        _once(tmp_path, {"v": "1"}, [output], failing)
+    _once(tmp_path, {"v": "1"}, [output], working)
+    _once(tmp_path, {"v": "1"}, [output], working)
+    assert runs == ["failing", "working"]
+    _once(tmp_path, {"v": "2"}, [output], working)
+    assert runs == ["failing", "working", "working"]
 
 
 @pytest.mark.integration
