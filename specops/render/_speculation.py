@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specops.api import BatchSizeRange, SpeculativeConfigStatus, SpeculativeServiceSpec
+from specops.errors import SpecValidationError
 from specops.vllm import BatchSizeSchedule, SpeculativeConfig
 
 __all__ = [
@@ -29,24 +30,26 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SpeculationInForce:
-    """Off, one k for every batch, or a per-batch-size table of k; plus the draft model."""
+    """Off, or k draft tokens per step (vLLM's num_speculative_tokens), optionally narrowed
+    per running batch size by a schedule of (first, last, k) ranges; plus the draft model."""
 
     enabled: bool
     num_speculative_tokens: int = 0
     schedule: BatchSizeSchedule | None = None
     draft_model: str | None = None
 
+    def __post_init__(self) -> None:
+        if not self.enabled and (self.num_speculative_tokens or self.schedule):
+            raise SpecValidationError("speculation that is off has no k and no schedule")
+        if self.enabled and self.num_speculative_tokens < 1:
+            raise SpecValidationError("speculation that is on needs num_speculative_tokens >= 1")
+        if self.schedule and max(k for _, _, k in self.schedule) > self.num_speculative_tokens:
+            raise SpecValidationError("a schedule's k may not exceed num_speculative_tokens")
+
     @classmethod
     def off(cls) -> SpeculationInForce:
         """No --speculative-config: the draft model is not even loaded."""
         return cls(enabled=False)
-
-    @property
-    def cap(self) -> int:
-        """vLLM's num_speculative_tokens: k, or the largest k of the schedule."""
-        if self.schedule:
-            return max(k for _, _, k in self.schedule)
-        return self.num_speculative_tokens
 
 
 def speculation_spec_hash(spec: SpeculativeServiceSpec) -> str:
@@ -62,6 +65,8 @@ def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpeculationInForce:
         return SpeculationInForce.off()
     k = speculation.num_speculative_tokens.initial
     schedule: BatchSizeSchedule | None = None
+    if speculation.per_batch_size_schedule and speculation.initial_schedule:
+        k = max(r.num_speculative_tokens for r in speculation.initial_schedule)
     if speculation.per_batch_size_schedule:
         ranges = speculation.initial_schedule or [
             BatchSizeRange(
@@ -128,7 +133,7 @@ def vllm_speculative_config(
     return SpeculativeConfig(
         method=spec.speculation.method,
         model=speculation.draft_model,
-        num_speculative_tokens=speculation.cap,
+        num_speculative_tokens=speculation.num_speculative_tokens,
         num_speculative_tokens_per_batch_size=speculation.schedule,
         prompt_lookup_min=spec.speculation.prompt_lookup_min,
         prompt_lookup_max=spec.speculation.prompt_lookup_max,
@@ -159,7 +164,7 @@ def speculative_config_status(
         enabled=True,
         method=spec.speculation.method,
         draft_model=speculation.draft_model,
-        num_speculative_tokens=speculation.cap,
+        num_speculative_tokens=speculation.num_speculative_tokens,
         schedule=schedule,
         json_=config.to_json(),
         source=source,

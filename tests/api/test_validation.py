@@ -189,7 +189,7 @@ BAD: list[tuple[str, dict[str, Any], str, bool]] = [
             ("engine.tensorParallelSize", 4),
             ("speculation.draftTensorParallelSize", 2),
         ),
-        "spec.speculation.draftTensorParallelSize must be 1 or equal to spec.engine.tensorParallelSize",
+        "spec.speculation.draftTensorParallelSize must be 1 or equal to spec.engine.tensorPar",
         True,
     ),
     (

@@ -1,0 +1,133 @@
+"""Status derivation and the write decisions of the reconciler, without a cluster."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from specops_operator import covers, desired_status
+from specops_operator._reconcile import _merge_patch
+
+from specops.api import parse_service
+from specops.render import RenderOptions, plan
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _service(status: dict[str, Any] | None = None) -> Any:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["generation"] = 4
+    if status is not None:
+        body["status"] = status
+    return parse_service(body)
+
+
+def _deployment(ready: int, updated: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": 2},
+        "status": {
+            "observedGeneration": 2,
+            "replicas": 2,
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            **extra,
+        },
+    }
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_rolled_out_deployment_is_ready_and_speculating() -> None:
+    service = _service()
+    status = desired_status(service, plan(service, RenderOptions()), _deployment(2, 2), NOW)
+    assert _conditions(status) == {
+        "Ready": ("True", "AllReplicasReady"),
+        "Progressing": ("False", "RolloutComplete"),
+        "Degraded": ("False", "AsExpected"),
+        "SpeculationActive": ("True", "Speculating"),
+        "MetricsAvailable": ("Unknown", "AwaitingController"),
+    }
+    assert (status["observedGeneration"], status["replicas"], status["readyReplicas"]) == (4, 2, 2)
+    assert status["speculativeConfig"]["source"] == "Spec"
+    assert all(c["lastTransitionTime"] == NOW.isoformat() for c in status["conditions"])
+
+
+def test_rollout_in_progress_and_failed_rollout() -> None:
+    service = _service()
+    rolling = desired_status(service, plan(service, RenderOptions()), _deployment(2, 1), NOW)
+    assert _conditions(rolling)["Progressing"] == ("True", "RollingOut")
+    assert _conditions(rolling)["Ready"] == ("False", "ReplicasNotReady")
+    stuck = _deployment(
+        1,
+        1,
+        conditions=[
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}
+        ],
+    )
+    failed = desired_status(service, plan(service, RenderOptions()), stuck, NOW)
+    assert _conditions(failed)["Degraded"] == ("True", "ProgressDeadlineExceeded")
+    missing = desired_status(service, plan(service, RenderOptions()), None, NOW)
+    assert _conditions(missing)["Ready"] == ("False", "DeploymentMissing")
+
+
+def test_transition_times_and_the_controllers_condition_survive() -> None:
+    earlier = "2025-12-31T00:00:00+00:00"
+    previous = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "AllReplicasReady",
+                "lastTransitionTime": earlier,
+            },
+            {
+                "type": "MetricsAvailable",
+                "status": "True",
+                "reason": "Scraped",
+                "message": "ok",
+                "lastTransitionTime": earlier,
+            },
+        ]
+    }
+    service = _service(previous)
+    status = desired_status(service, plan(service, RenderOptions()), _deployment(2, 2), NOW)
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["Ready"]["lastTransitionTime"] == earlier
+    assert (
+        by_type["MetricsAvailable"]["reason"],
+        by_type["MetricsAvailable"]["lastTransitionTime"],
+    ) == (
+        "Scraped",
+        earlier,
+    )
+    assert by_type["Progressing"]["lastTransitionTime"] == NOW.isoformat()
+
+
+def test_covers_ignores_server_fields_but_not_edits() -> None:
+    desired = {"spec": {"replicas": 2, "template": {"containers": [{"name": "a", "args": ["x"]}]}}}
+    live = {
+        "spec": {
+            "replicas": 2,
+            "paused": False,
+            "template": {"containers": [{"name": "a", "args": ["x"], "tty": False}]},
+        }
+    }
+    assert covers(desired, live)
+    assert not covers(desired, {"spec": {**live["spec"], "replicas": 7}})
+    edited = {"spec": {"replicas": 2, "template": {"containers": [{"name": "a", "args": ["y"]}]}}}
+    assert not covers(desired, edited)
+    assert not covers(desired, {"spec": {"replicas": 2, "template": {"containers": []}}})
+
+
+def test_status_patch_removes_dropped_keys_and_keeps_the_controllers_fields() -> None:
+    current = {
+        "speculativeConfig": {"enabled": True, "json": "{}"},
+        "lastDecision": {"action": "Keep"},
+    }
+    patch = _merge_patch({"speculativeConfig": {"enabled": False}}, current)
+    assert patch == {"speculativeConfig": {"enabled": False, "json": None}}

@@ -1,0 +1,211 @@
+"""Renderers: spec plus speculation in force -> objects, deterministic and side-effect free."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from specops.api import SpeculativeConfigStatus, parse_service, parse_spec
+from specops.cli import main
+from specops.errors import SpecValidationError
+from specops.render import (
+    HASH_ANNOTATION,
+    RenderOptions,
+    SpeculationInForce,
+    apply_defaults,
+    plan,
+    render_objects,
+    speculation_from_spec,
+    speculation_in_force,
+    speculation_spec_hash,
+    speculative_config_status,
+    vllm_speculative_config,
+)
+from specops.vllm import SpeculativeConfig
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+SPEC: dict[str, Any] = {
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "replicas": 3,
+    "engine": {"maxModelLen": 8192, "hfTokenSecret": {"name": "hf"}},
+    "speculation": {"method": "eagle3", "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
+}
+
+
+def _render(spec: dict[str, Any], speculation: SpeculationInForce | None = None) -> list[Any]:
+    parsed = apply_defaults(parse_spec(spec))
+    chosen = speculation if speculation is not None else speculation_from_spec(parsed)
+    return render_objects("llama", "ml", parsed, chosen, RenderOptions())
+
+
+def _args(objects: list[Any]) -> list[str]:
+    return list(objects[0]["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_deployment_runs_vllm_with_the_speculative_config_and_the_sidecar() -> None:
+    deployment, service, pdb = _render(SPEC)
+    assert (deployment["kind"], service["kind"], pdb["kind"]) == (
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    )
+    assert (deployment["metadata"]["name"], pdb["metadata"]["name"]) == ("llama", "llama-pdb")
+    engine, sidecar = deployment["spec"]["template"]["spec"]["containers"]
+    assert engine["image"] == "vllm/vllm-openai:v0.33.0"
+    assert engine["command"] == ["vllm", "serve"]
+    args = engine["args"]
+    assert args[0] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert args[args.index("--port") + 1] == "8000"
+    assert args[args.index("--served-model-name") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert args[args.index("--max-model-len") + 1] == "8192"
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config == {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 3,
+    }
+    assert engine["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert engine["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in (
+        engine["env"]
+    )
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert sidecar["args"][:2] == ["--engine-url", "http://127.0.0.1:8000"]
+    assert "--prometheus-url" not in sidecar["args"]
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert deployment["spec"]["replicas"] == 3
+    labels = deployment["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "specops"
+    assert labels["specops.io/service"] == "llama"
+
+
+def test_mode_off_drops_the_speculative_config() -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["speculation"]["mode"] = "Off"
+    assert "--speculative-config" not in _args(_render(spec))
+
+
+def test_per_batch_size_schedule_and_ngram_keys_reach_vllm() -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["speculation"] = {
+        "method": "ngram",
+        "promptLookupMin": 2,
+        "promptLookupMax": 4,
+        "perBatchSizeSchedule": True,
+    }
+    args = _args(_render(spec))
+    config = SpeculativeConfig.from_json(args[args.index("--speculative-config") + 1])
+    assert config.num_speculative_tokens_per_batch_size == ((1, 256, 3),)
+    assert (config.prompt_lookup_min, config.prompt_lookup_max, config.model) == (2, 4, None)
+
+
+def test_prometheus_source_and_pod_monitor() -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["metrics"] = {"source": "Prometheus", "prometheusUrl": "http://prom:9090"}
+    parsed = apply_defaults(parse_spec(spec))
+    objects = render_objects(
+        "llama", "ml", parsed, speculation_from_spec(parsed), RenderOptions(pod_monitor=True)
+    )
+    sidecar = objects[0]["spec"]["template"]["spec"]["containers"][1]
+    assert sidecar["args"][-2:] == ["--prometheus-url", "http://prom:9090"]
+    assert objects[-1]["kind"] == "PodMonitor"
+    assert {e["port"] for e in objects[-1]["spec"]["podMetricsEndpoints"]} == {"http", "metrics"}
+
+
+def test_rendering_is_deterministic_pure_and_hashed() -> None:
+    parsed = apply_defaults(parse_spec(SPEC))
+    frozen = parsed.model_dump()
+    speculation = speculation_from_spec(parsed)
+    first = render_objects("llama", "ml", parsed, speculation, RenderOptions())
+    second = render_objects("llama", "ml", parsed, speculation, RenderOptions())
+    assert first == second
+    assert parsed.model_dump() == frozen
+    hashes = {o["metadata"]["annotations"][HASH_ANNOTATION] for o in first}
+    assert len(hashes) == 3
+    other = render_objects(
+        "llama",
+        "ml",
+        parsed,
+        SpeculationInForce(
+            enabled=True, num_speculative_tokens=1, draft_model=parsed.speculation.draft_model
+        ),
+        RenderOptions(),
+    )
+    assert other[0]["metadata"]["annotations"] != first[0]["metadata"]["annotations"]
+    assert other[1] == first[1]
+
+
+def test_controller_choice_in_status_is_rendered_until_the_spec_changes() -> None:
+    spec = apply_defaults(parse_spec(SPEC))
+    chosen = SpeculationInForce(
+        enabled=True,
+        num_speculative_tokens=4,
+        schedule=((1, 32, 4), (33, 256, 0)),
+        draft_model=spec.speculation.draft_model,
+    )
+    status = speculative_config_status(spec, chosen, "Controller")
+    assert json.loads(status.json_ or "")["num_speculative_tokens"] == 4
+    assert speculation_in_force(spec, status) == chosen
+    edited = parse_spec({**SPEC, "speculation": {**SPEC["speculation"], "mode": "Fixed"}})
+    assert speculation_in_force(edited, status) == speculation_from_spec(edited)
+    stale = status.model_copy(update={"spec_hash": "0" * 16})
+    assert speculation_in_force(spec, stale) == speculation_from_spec(spec)
+    assert speculation_in_force(spec, None) == speculation_from_spec(spec)
+    off = speculative_config_status(spec, SpeculationInForce.off(), "Controller")
+    assert speculation_in_force(spec, off) == SpeculationInForce.off()
+    assert vllm_speculative_config(spec, SpeculationInForce.off()) is None
+    assert off.spec_hash == speculation_spec_hash(spec)
+    with pytest.raises(SpecValidationError):
+        SpeculationInForce(enabled=True, num_speculative_tokens=2, schedule=((1, 8, 3),))
+    with pytest.raises(SpecValidationError):
+        SpeculationInForce(enabled=True)
+
+
+def test_plan_reads_the_status_of_a_whole_object() -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    spec = apply_defaults(parse_spec(body["spec"]))
+    chosen = SpeculationInForce(enabled=True, num_speculative_tokens=2, draft_model="d")
+    status = speculative_config_status(spec, chosen, "Controller")
+    body["status"] = {"speculativeConfig": status.model_dump(by_alias=True, exclude_none=True)}
+    result = plan(parse_service(body), RenderOptions())
+    assert (result.source, result.speculation) == ("Controller", chosen)
+    assert isinstance(
+        SpeculativeConfigStatus.model_validate(body["status"]["speculativeConfig"]),
+        SpeculativeConfigStatus,
+    )
+
+
+def test_specops_render_prints_the_example() -> None:
+    result = CliRunner().invoke(main, ["render", "-f", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    deployment, service, pdb = yaml.safe_load_all(result.output)
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["vllm", "specops-sidecar"]
+    args = containers[0]["args"]
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config["method"] == "eagle3"
+    assert config["num_speculative_tokens_per_batch_size"] == [
+        [1, 64, 3],
+        [65, 128, 1],
+        [129, 256, 0],
+    ]
+    assert (service["kind"], pdb["kind"]) == ("Service", "PodDisruptionBudget")
+
+
+def test_specops_render_reports_a_bad_spec(tmp_path: Path) -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    del body["spec"]["speculation"]["draftModel"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(body))
+    result = CliRunner().invoke(main, ["render", "-f", str(path)])
+    assert result.exit_code != 0
+    assert "spec.speculation.draftModel is required" in result.output
