@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chart_render import CHART_DIR, REPO
+from .chart_render import CHART_DIR, REPO
 
 
 def test_chart_crds_are_identical_copies_of_the_generated_ones() -> None:

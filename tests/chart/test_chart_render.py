@@ -7,8 +7,8 @@ from typing import Any
 
 import helm_python as helm
 import pytest
-from chart_render import CHART_DIR, MONITORING_API, NAMESPACE, by_kind, render_manifests
-from conftest import Render
+from .chart_render import CHART_DIR, MONITORING_API, NAMESPACE, by_kind, render_manifests
+from .conftest import Render
 
 NON_DEFAULT: dict[str, Any] = {
     "replicaCount": 2,

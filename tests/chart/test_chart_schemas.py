@@ -15,9 +15,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from chart_render import MONITORING_API, chart_crds
-from conftest import Render
-from test_chart_render import NON_DEFAULT
+from .chart_render import MONITORING_API, chart_crds
+from .conftest import Render
+from .test_chart_render import NON_DEFAULT
 
 KUBERNETES_VERSION = "1.36.0"
 MONITORING_SUBSET = Path(__file__).with_name("monitoring.coreos.com-subset.yaml")

@@ -2,7 +2,7 @@
 
 import httpx
 from aiohttp.test_utils import TestClient, TestServer
-from observation.fake_vllm import FakeVllm
+from tests.observation.fake_vllm import FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 from specops_sidecar import DirectSource, Sidecar, build_app
 

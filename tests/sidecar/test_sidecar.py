@@ -4,7 +4,7 @@ import logging
 
 import httpx
 import pytest
-from observation.fake_vllm import FakeVllm
+from tests.observation.fake_vllm import FakeVllm
 from specops_sidecar import DirectSource, OncePerCause, Sidecar
 
 from specops.observation import EstimateStatus, ObserverConfig

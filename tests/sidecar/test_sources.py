@@ -4,7 +4,7 @@ import json
 
 import httpx
 import pytest
-from observation.fake_vllm import FakeVllm
+from tests.observation.fake_vllm import FakeVllm
 from specops_sidecar import DirectSource, PrometheusSource
 
 from specops.errors import MetricsError
