@@ -8,6 +8,7 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+
 from .chart_render import CHART_DIR, render_objects
 
 Render = Callable[..., list[dict[str, Any]]]

@@ -7,6 +7,7 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+
 from .chart_render import CHART_DIR, MONITORING_API, NAMESPACE, by_kind, render_manifests
 from .conftest import Render
 

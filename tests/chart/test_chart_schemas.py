@@ -15,6 +15,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
 from .chart_render import MONITORING_API, chart_crds
 from .conftest import Render
 from .test_chart_render import NON_DEFAULT

@@ -9,6 +9,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
+
 from .chart_render import CHART_DIR
 
 # Values whose default is a whole object documented as one row.

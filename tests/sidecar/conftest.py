@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
+
 from tests.observation.fake_vllm import FakeVllm
 
 Handler = Callable[[httpx.Request], httpx.Response]

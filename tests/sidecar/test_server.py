@@ -2,12 +2,12 @@
 
 import httpx
 from aiohttp.test_utils import TestClient, TestServer
-from tests.observation.fake_vllm import FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 from specops_sidecar import DirectSource, Sidecar, build_app
 
 from specops.observation import Observation, ObserverConfig
 from specops.profiles import get_profile
+from tests.observation.fake_vllm import FakeVllm
 
 CONFIG = ObserverConfig(
     namespace="ns",

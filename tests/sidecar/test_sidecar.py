@@ -4,10 +4,10 @@ import logging
 
 import httpx
 import pytest
-from tests.observation.fake_vllm import FakeVllm
 from specops_sidecar import DirectSource, OncePerCause, Sidecar
 
 from specops.observation import EstimateStatus, ObserverConfig
+from tests.observation.fake_vllm import FakeVllm
 
 CONFIG = ObserverConfig(
     namespace="ns", pod="p-0", service="s", windows_s=(60.0, 300.0), stale_after_s=45.0

@@ -4,7 +4,6 @@ import json
 
 import httpx
 import pytest
-from tests.observation.fake_vllm import FakeVllm
 from specops_sidecar import DirectSource, PrometheusSource
 
 from specops.errors import MetricsError
@@ -15,6 +14,7 @@ from specops.observation import (
     snapshot_from_reading,
 )
 from specops.profiles import get_profile
+from tests.observation.fake_vllm import FakeVllm
 
 from .conftest import matrix_from_page, page_handler
 
