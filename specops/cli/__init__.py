@@ -12,6 +12,7 @@ from specops import __version__
 # Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
 _SUBCOMMANDS: dict[str, str] = {
     "crd": "specops.cli._crd:crd",
+    "bench": "specops.bench._cli:bench",
     "sim": "specops.sim._cli:sim",
     "load": "specops.loadgen._cli:load",
     "render": "specops.cli._render:render",
@@ -20,6 +21,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "dashboards": "specops.dashboards._cli:dashboards",
     "alerts": "specops.alerts._cli:alerts",
     "sidecar": "specops_sidecar._cli:sidecar",
+    "podrunner": "specops.podrunner._cli:podrunner",
 }
 
 

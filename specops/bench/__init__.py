@@ -1,0 +1,63 @@
+"""The policy benchmark: every speculation policy over load traces, on the simulated engine."""
+
+from specops.bench._report import (
+    Summary,
+    TargetResult,
+    TraceResults,
+    evaluate_targets,
+    markdown,
+    oracle,
+    results_json,
+    summarize,
+)
+from specops.bench._run import (
+    ControlledPolicy,
+    FixedPolicy,
+    GoodputRulePolicy,
+    Policy,
+    RunResult,
+    SegmentStats,
+    run_policy,
+)
+from specops.bench._spec import (
+    BenchError,
+    BenchSuite,
+    ControllerSpec,
+    LoadTrace,
+    Segment,
+    ServiceSpec,
+    TraceEntry,
+    load_suite,
+)
+from specops.bench._suite import VLLM_DOCUMENTED_TABLE, policies_for, run_suite
+from specops.bench._turbospec import GoodputRule
+
+__all__ = [
+    "VLLM_DOCUMENTED_TABLE",
+    "BenchError",
+    "BenchSuite",
+    "ControlledPolicy",
+    "ControllerSpec",
+    "FixedPolicy",
+    "GoodputRule",
+    "GoodputRulePolicy",
+    "LoadTrace",
+    "Policy",
+    "RunResult",
+    "Segment",
+    "SegmentStats",
+    "ServiceSpec",
+    "Summary",
+    "TargetResult",
+    "TraceEntry",
+    "TraceResults",
+    "evaluate_targets",
+    "load_suite",
+    "markdown",
+    "oracle",
+    "policies_for",
+    "results_json",
+    "run_policy",
+    "run_suite",
+    "summarize",
+]

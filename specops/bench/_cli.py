@@ -1,0 +1,63 @@
+"""``specops bench``: every policy over a suite of load traces, in virtual time."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from specops.bench._plots import plot_all
+from specops.bench._report import evaluate_targets, markdown, results_json
+from specops.bench._spec import BenchError, load_suite
+from specops.bench._suite import run_suite
+
+__all__ = ["bench"]
+
+_DATA = Path(__file__).resolve().parents[2] / "bench"
+
+
+@click.command("bench")
+@click.option("--full", is_flag=True, help="Run the full suite (bench/full.yaml), not the CI one.")
+@click.option(
+    "--suite",
+    "suite_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A suite YAML file (default: bench/short.yaml, or bench/full.yaml with --full).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-results"),
+    show_default=True,
+    help="Where results.json, results.md and the plots go.",
+)
+@click.option("--quiet", is_flag=True, help="Print only the tables, not the progress.")
+def bench(full: bool, suite_path: Path | None, out: Path, quiet: bool) -> None:
+    """Compare speculation policies on the simulated engine: tables, targets, plots."""
+    path = suite_path or _DATA / ("full.yaml" if full else "short.yaml")
+    command = "specops " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "specops bench"
+    started = time.monotonic()
+
+    def progress(message: str) -> None:
+        if not quiet:
+            click.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+
+    try:
+        suite, traces = load_suite(path)
+        results = run_suite(suite, traces, progress)
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from exc
+    targets = evaluate_targets(results)
+    out.mkdir(parents=True, exist_ok=True)
+    report = markdown(results, targets, command)
+    (out / "results.md").write_text(report, encoding="utf-8")
+    payload = results_json(results, targets, command)
+    (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    plots = plot_all(results, out)
+    click.echo(report)
+    click.echo(f"wrote {out / 'results.json'}, {out / 'results.md'} and {len(plots)} plots")

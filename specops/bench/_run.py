@@ -1,0 +1,484 @@
+"""Run one policy over one load trace on the simulated engine, in virtual time.
+
+Closed-loop clients hold the trace's concurrency; the engine steps; the driver samples
+``vllm:num_requests_running`` every scrape period as a sidecar would, and splits the
+figures by trace segment. The controlled policy sees only what the engine's counters
+show over each window, and every reconfiguration it orders restarts the engine, which
+serves nothing for the suite's restart downtime.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+from math import ceil
+
+import numpy as np
+from pydantic import ValidationError
+
+from specops.bench._spec import BenchError, ControllerSpec, LoadTrace, ServiceSpec
+from specops.bench._turbospec import GoodputRule
+from specops.control import (
+    Action,
+    ControllerState,
+    ControlSettings,
+    Observation,
+    ServiceModel,
+    decide,
+)
+from specops.errors import EngineConfigError
+from specops.policy import (
+    AcceptanceCurve,
+    BatchDistribution,
+    Objective,
+    ObjectiveKind,
+    PolicyInput,
+    SpecConfig,
+    choose,
+)
+from specops.profiles import PerformanceProfile, get_profile
+from specops.sim import (
+    EngineConfig,
+    EngineMetrics,
+    FinishedRequest,
+    MixPhase,
+    SimulatedEngine,
+    Workload,
+    WorkloadSpec,
+    load_workload,
+    parse_speculative_config,
+)
+from specops.vllm import SpeculativeConfig
+
+__all__ = [
+    "PRIOR_CONTEXT",
+    "ControlledPolicy",
+    "DecisionRecord",
+    "FixedPolicy",
+    "GoodputRulePolicy",
+    "Policy",
+    "RunResult",
+    "SegmentStats",
+    "initial_config",
+    "run_policy",
+    "service_model",
+]
+
+
+# Mean context assumed before any request was measured (prompt plus half the output of
+# a chat turn); it only shapes the day-zero table, measurements replace it.
+PRIOR_CONTEXT = 700.0
+
+
+@dataclass(frozen=True)
+class FixedPolicy:
+    """One speculative config for the whole run (off, a static k, a table)."""
+
+    name: str
+    config: SpecConfig
+
+
+@dataclass(frozen=True)
+class GoodputRulePolicy:
+    """The per-step goodput rule, drafting up to the service's k_max."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ControlledPolicy:
+    """specops: the slow loop, from the policy's day-zero config, restarts charged."""
+
+    name: str
+
+
+Policy = FixedPolicy | GoodputRulePolicy | ControlledPolicy
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """Figures of one trace segment: tokens made, and the requests that finished in it."""
+
+    name: str
+    start: float
+    end: float
+    tokens: int
+    tpots: tuple[float, ...]
+    finished_tokens: int
+    slo_tokens: int
+
+    @property
+    def throughput(self) -> float:
+        return self.tokens / (self.end - self.start)
+
+    @property
+    def goodput(self) -> float:
+        """Throughput times the share of finished tokens whose request met the TPOT target."""
+        if self.finished_tokens == 0:
+            return 0.0
+        return self.throughput * self.slo_tokens / self.finished_tokens
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    at: float
+    action: str
+    config: str
+    recommended: str | None
+    predicted_gain: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    policy: str
+    trace: str
+    segments: tuple[SegmentStats, ...]
+    restarts: int
+    timeline: tuple[tuple[float, int, int], ...]
+    decisions: tuple[DecisionRecord, ...]
+
+
+def service_model(service: ServiceSpec, profile: PerformanceProfile) -> ServiceModel:
+    return ServiceModel(
+        method=service.method,
+        cost=profile.cost_model(service.method, roofline=service.roofline),
+        max_batch=service.max_num_seqs,
+        prior_acceptance=AcceptanceCurve(service.prior_acceptance),
+    )
+
+
+def objective(service: ServiceSpec) -> Objective:
+    return Objective(ObjectiveKind.GOODPUT, tpot_target_s=service.tpot_target_ms / 1e3)
+
+
+def initial_config(service: ServiceSpec, model: ServiceModel, context_tokens: float) -> SpecConfig:
+    """Day zero: the policy's choice from the prior acceptance over any load up to the cap."""
+    assert model.prior_acceptance is not None
+    anywhere = BatchDistribution.from_weights(dict.fromkeys(range(1, model.max_batch + 1), 1.0))
+    return choose(
+        PolicyInput(
+            acceptance=model.prior_acceptance,
+            drafts_seen=0,
+            load=anywhere,
+            cost=model.cost,
+            context_tokens=context_tokens,
+            current=SpecConfig.off(),
+            method=model.method,
+            objective=objective(service),
+            k_max=service.k_max,
+            max_batch=model.max_batch,
+        )
+    ).config
+
+
+def controller_settings(service: ServiceSpec, spec: ControllerSpec) -> ControlSettings:
+    return ControlSettings(
+        objective=objective(service),
+        k_max=service.k_max,
+        min_gain=spec.min_gain,
+        margin=spec.margin,
+        restart_cost_s=service.restart_downtime_s,
+        min_dwell_s=spec.min_dwell_s,
+        max_reconfigurations_per_hour=spec.max_reconfigurations_per_hour,
+        max_staleness_s=2 * spec.window_s,
+        min_drafts=spec.min_drafts,
+        rollout_timeout_s=max(4 * service.restart_downtime_s, 2 * spec.window_s),
+        regime_min_s=spec.regime_min_s,
+        regime_max_s=spec.regime_max_s,
+    )
+
+
+def _vllm(service: ServiceSpec, config: SpecConfig) -> SpeculativeConfig | None:
+    if config.is_off:
+        return None
+    text = json.dumps({"method": service.method, "model": service.draft_model, **config.as_vllm()})
+    try:
+        return parse_speculative_config(text)
+    except EngineConfigError as exc:
+        raise BenchError(
+            f"config {config.describe()} is not a valid speculative config: {exc}"
+        ) from exc
+
+
+class _Clients:
+    """The trace's concurrency at any time, noise included (seeded, so runs compare)."""
+
+    def __init__(self, trace: LoadTrace, seed: int) -> None:
+        self._segments = trace.segments
+        self._starts = [float(t) for t in np.cumsum([0.0, *(s.duration_s for s in trace.segments)])]
+        self._period = trace.noise_period_s
+        periods = ceil(trace.duration_s / self._period) + 1
+        rng = np.random.default_rng(seed)
+        self._noise = np.clip(1.0 + trace.noise * rng.standard_normal(periods), 0.0, None)
+
+    @property
+    def boundaries(self) -> list[float]:
+        return self._starts
+
+    def target(self, now: float) -> int:
+        index = min(bisect_right(self._starts, now) - 1, len(self._segments) - 1)
+        segment = self._segments[index]
+        fraction = (now - self._starts[index]) / segment.duration_s
+        base = segment.at(min(max(fraction, 0.0), 1.0))
+        return max(0, round(base * float(self._noise[int(now // self._period)])))
+
+
+def _context(before: EngineMetrics, after: EngineMetrics) -> float:
+    """Mean context of a running request: prompt plus half the output, from the histograms."""
+    prompt_after = after.histograms["vllm:request_prompt_tokens"]
+    output_after = after.histograms["vllm:request_generation_tokens"]
+    prompt_before = before.histograms["vllm:request_prompt_tokens"]
+    output_before = before.histograms["vllm:request_generation_tokens"]
+    count = prompt_after.count - prompt_before.count
+    if count > 0:
+        prompt = (prompt_after.total - prompt_before.total) / count
+        output = (output_after.total - output_before.total) / count
+    elif prompt_after.count > 0:
+        prompt = prompt_after.total / prompt_after.count
+        output = output_after.total / output_after.count
+    else:
+        return 0.0
+    return prompt + output / 2
+
+
+def _observe(
+    before: EngineMetrics, after: EngineMetrics, samples: list[int], now: float, ready: bool
+) -> Observation:
+    drafts = (
+        after.counters["vllm:spec_decode_num_drafts"]
+        - before.counters["vllm:spec_decode_num_drafts"]
+    )
+    old = before.accepted_per_position
+    accepted = tuple(
+        float(n - (old[i] if i < len(old) else 0))
+        for i, n in enumerate(after.accepted_per_position)
+    )
+    try:
+        load: BatchDistribution | None = BatchDistribution.from_samples(samples)
+    except ValueError:
+        load = None
+    return Observation(
+        window_end=now,
+        load=load,
+        context_tokens=_context(before, after),
+        num_drafts=float(drafts),
+        accepted_per_position=accepted,
+        pods_ready=ready,
+    )
+
+
+def _segment(
+    name: str,
+    start: float,
+    end: float,
+    tokens: int,
+    finished: list[FinishedRequest],
+    target_s: float,
+) -> SegmentStats:
+    useful = [r for r in finished if r.output_tokens > 1]
+    return SegmentStats(
+        name=name,
+        start=start,
+        end=end,
+        tokens=tokens,
+        tpots=tuple(r.tpot for r in useful),
+        finished_tokens=sum(r.output_tokens for r in finished),
+        slo_tokens=sum(r.output_tokens for r in finished if r.tpot <= target_s),
+    )
+
+
+def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
+    """The workload with a mix phase at each segment that sets one."""
+    if all(segment.mix is None for segment in trace.segments):
+        return workload
+    phases: list[MixPhase] = []
+    start = 0.0
+    weights = dict.fromkeys(workload.components, 1.0)
+    for segment in trace.segments:
+        weights = segment.mix if segment.mix is not None else weights
+        phases.append(MixPhase(start_s=start, weights=weights))
+        start += segment.duration_s
+    try:
+        return WorkloadSpec(
+            name=workload.name, components=workload.components, phases=tuple(phases)
+        )
+    except ValidationError as exc:
+        raise BenchError(
+            f"trace {trace.name}: segment mixes do not fit the workload: {exc}"
+        ) from exc
+
+
+def _run_trace(
+    trace: LoadTrace,
+    policy: Policy,
+    service: ServiceSpec,
+    controller: ControllerSpec,
+    profile: PerformanceProfile,
+    workload: WorkloadSpec,
+) -> RunResult:
+    model = service_model(service, profile)
+    settings = controller_settings(service, controller)
+    rule: GoodputRule | None = None
+    state: ControllerState | None = None
+    if isinstance(policy, FixedPolicy):
+        config = policy.config
+    elif isinstance(policy, GoodputRulePolicy):
+        config = SpecConfig.static(service.k_max)
+        rule = GoodputRule()
+    else:
+        config = initial_config(service, model, context_tokens=PRIOR_CONTEXT)
+        state = ControllerState.initial(config)
+    engine = SimulatedEngine(
+        profile,
+        Workload(_phased(workload, trace), seed=service.seed),
+        EngineConfig(
+            max_num_seqs=service.max_num_seqs,
+            speculative=_vllm(service, config),
+            roofline=service.roofline,
+        ),
+    )
+    if rule is not None:
+        engine.k_selector = rule.select
+    clients = _Clients(trace, seed=service.seed + 1)
+    boundaries = clients.boundaries
+    end = boundaries[-1]
+    target_s = service.tpot_target_ms / 1e3
+    measure_from = [b + (trace.warmup_s if trace.sweep else 0.0) for b in boundaries[:-1]]
+
+    segments: list[SegmentStats] = []
+    finished: list[FinishedRequest] = []
+    timeline: list[tuple[float, int, int]] = []
+    decisions: list[DecisionRecord] = []
+    samples: list[int] = []
+    restarts = 0
+    last_k = 0
+    index = 0
+    opened = False
+    tokens_at_open = 0
+    next_scrape = 0.0
+    next_window = controller.window_s
+    window_start = engine.metrics()
+
+    while index < len(trace.segments):
+        now = engine.now
+        if not opened and now >= measure_from[index]:
+            opened = True
+            tokens_at_open = engine.metrics().counters["vllm:generation_tokens"]
+            finished = []
+        if now >= boundaries[index + 1]:
+            tokens = engine.metrics().counters["vllm:generation_tokens"] - tokens_at_open
+            finished.extend(engine.take_finished())
+            segments.append(
+                _segment(
+                    trace.segments[index].name(index),
+                    measure_from[index],
+                    boundaries[index + 1],
+                    tokens,
+                    finished,
+                    target_s,
+                )
+            )
+            index += 1
+            opened = False
+            continue
+        while now >= next_scrape:
+            samples.append(engine.num_running)
+            timeline.append((next_scrape, engine.num_running, last_k))
+            next_scrape += controller.scrape_s
+        if state is not None and now >= next_window:
+            after = engine.metrics()
+            observation = _observe(
+                window_start, after, samples, now, ready=now >= engine.available_at
+            )
+            decision = decide(state, observation, model, settings, now)
+            state = decision.state
+            decisions.append(
+                DecisionRecord(
+                    at=now,
+                    action=decision.action.value,
+                    config=decision.config.describe(),
+                    recommended=decision.recommended.describe() if decision.recommended else None,
+                    predicted_gain=decision.predicted_gain,
+                    reason=decision.reason,
+                )
+            )
+            if decision.action in (Action.RECONFIGURE, Action.ROLLBACK):
+                engine.restart(_vllm(service, decision.config), service.restart_downtime_s)
+                restarts += 1
+            window_start = after
+            samples = []
+            next_window += controller.window_s
+        want = clients.target(now) - engine.num_running - engine.num_waiting
+        for _ in range(want):
+            engine.add_request()
+        wake = min(next_scrape, boundaries[index + 1], measure_from[index] if not opened else end)
+        if state is not None:
+            wake = min(wake, next_window)
+        if now < engine.available_at:
+            engine.run_until(min(wake, engine.available_at))
+        elif not engine.has_work:
+            engine.run_until(wake)
+        else:
+            step = engine.step()
+            last_k = step.k
+            if rule is not None:
+                metrics = engine.metrics()
+                rule.observe(
+                    step.decode_batch,
+                    step.k,
+                    step.end - step.start,
+                    step.prefill_tokens,
+                    metrics.counters["vllm:spec_decode_num_drafts"],
+                    metrics.accepted_per_position,
+                )
+        finished.extend(engine.take_finished())
+    return RunResult(
+        policy=policy.name,
+        trace=trace.name,
+        segments=tuple(segments),
+        restarts=restarts,
+        timeline=tuple(timeline),
+        decisions=tuple(decisions),
+    )
+
+
+def run_policy(
+    trace: LoadTrace, policy: Policy, service: ServiceSpec, controller: ControllerSpec
+) -> RunResult:
+    """A whole trace; a sweep runs each segment on a fresh engine and joins the figures."""
+    try:
+        profile = get_profile(service.profile)
+        workload = load_workload(trace.workload)
+    except (EngineConfigError, KeyError) as exc:
+        raise BenchError(f"trace {trace.name}: {exc}") from exc
+    if not trace.sweep:
+        return _run_trace(trace, policy, service, controller, profile, workload)
+    parts = [
+        _run_trace(
+            trace.model_copy(update={"segments": (segment,)}),
+            policy,
+            service,
+            controller,
+            profile,
+            workload,
+        )
+        for segment in trace.segments
+    ]
+    offset = 0.0
+    timeline: list[tuple[float, int, int]] = []
+    for part, segment in zip(parts, trace.segments, strict=True):
+        timeline.extend((t + offset, running, k) for t, running, k in part.timeline)
+        offset += segment.duration_s
+    return RunResult(
+        policy=policy.name,
+        trace=trace.name,
+        segments=tuple(
+            replace(p.segments[0], name=s.name(i))
+            for i, (p, s) in enumerate(zip(parts, trace.segments, strict=True))
+        ),
+        restarts=sum(p.restarts for p in parts),
+        timeline=tuple(timeline),
+        decisions=tuple(d for p in parts for d in p.decisions),
+    )
