@@ -1,0 +1,75 @@
+"""Pods that do something: the local cluster's specops pods run as simulated engines.
+
+kwok's fake nodes run nothing. The pod runner gives each scheduled pod of a
+SpeculativeService local processes built from the pod's own containers (``vllm serve``
+becomes ``specops sim serve`` with the same flags; the sidecar keeps its own), a
+Prometheus file_sd target per process labelled with the pod's namespace and name, and a
+round-robin proxy per service, and stops them when the pod goes.
+"""
+
+from specops.podrunner._errors import PodRunnerError
+from specops.podrunner._plan import Actions, Running, plan_actions, restart_backoff_s, wanted_pods
+from specops.podrunner._pods import (
+    SERVICE_LABEL,
+    Container,
+    Pod,
+    PodKey,
+    container_env,
+    expand,
+    parse_pod,
+)
+from specops.podrunner._prometheus import JOB_NAME, file_sd_targets, prometheus_config
+from specops.podrunner._runner import PodRunner, PodSource, RunnerOptions, default_specops_command
+from specops.podrunner._state import (
+    FailedPod,
+    PodEndpoints,
+    RunnerState,
+    ServiceEndpoint,
+    read_state,
+)
+from specops.podrunner._translate import (
+    PROFILE_ANNOTATION,
+    STARTUP_DELAY_ANNOTATION,
+    WORKLOAD_ANNOTATION,
+    PodLaunch,
+    Ports,
+    ProcessSpec,
+    SimOptions,
+    launch_plan,
+)
+
+__all__ = [
+    "JOB_NAME",
+    "PROFILE_ANNOTATION",
+    "SERVICE_LABEL",
+    "STARTUP_DELAY_ANNOTATION",
+    "WORKLOAD_ANNOTATION",
+    "Actions",
+    "Container",
+    "FailedPod",
+    "Pod",
+    "PodEndpoints",
+    "PodKey",
+    "PodLaunch",
+    "PodRunner",
+    "PodRunnerError",
+    "PodSource",
+    "Ports",
+    "ProcessSpec",
+    "RunnerOptions",
+    "RunnerState",
+    "Running",
+    "ServiceEndpoint",
+    "SimOptions",
+    "container_env",
+    "default_specops_command",
+    "expand",
+    "file_sd_targets",
+    "launch_plan",
+    "parse_pod",
+    "plan_actions",
+    "prometheus_config",
+    "read_state",
+    "restart_backoff_s",
+    "wanted_pods",
+]

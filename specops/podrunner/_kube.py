@@ -1,0 +1,58 @@
+"""The API server as a :class:`PodSource`: the labelled pods and the fake nodes, as JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from specops.cluster import KWOK_NODE_ANNOTATION
+from specops.podrunner._errors import PodRunnerError
+from specops.podrunner._pods import SERVICE_LABEL
+
+__all__ = ["KubePodSource"]
+
+_REQUEST_TIMEOUT_S = 10.0
+
+
+class KubePodSource:
+    """Lists pods with the ``specops.io/service`` label and the kwok-managed nodes."""
+
+    def __init__(self, kubeconfig: Path | None) -> None:
+        try:
+            self._api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig) if kubeconfig else None
+            )
+        except (config.ConfigException, OSError) as exc:
+            raise PodRunnerError(f"cannot load the kubeconfig: {exc}") from exc
+        self._core = client.CoreV1Api(self._api)
+
+    def _items(self, what: str, call: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:
+        try:
+            response = call(_preload_content=False, _request_timeout=_REQUEST_TIMEOUT_S, **kwargs)
+            items: list[dict[str, Any]] = json.loads(response.data)["items"]
+        except (ApiException, HTTPError, OSError, ValueError, KeyError) as exc:
+            raise PodRunnerError(f"cannot list {what}: {exc}") from exc
+        return items
+
+    def pods(self) -> Sequence[Mapping[str, Any]]:
+        return self._items(
+            "pods", self._core.list_pod_for_all_namespaces, label_selector=SERVICE_LABEL
+        )
+
+    def nodes(self) -> frozenset[str]:
+        key, value = KWOK_NODE_ANNOTATION
+        nodes = self._items("nodes", self._core.list_node)
+        return frozenset(
+            n["metadata"]["name"]
+            for n in nodes
+            if n["metadata"].get("annotations", {}).get(key) == value
+        )
+
+    def close(self) -> None:
+        self._api.close()

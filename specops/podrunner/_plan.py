@@ -1,0 +1,80 @@
+"""Desired against running: which pods to start, stop or restart (level-based, pure).
+
+Each pass compares the pods the API server reports with the processes the runner holds,
+so a missed event or a runner restart does no harm. A pod is wanted while it is scheduled
+on one of the fake nodes, carries the ``specops.io/service`` label and is neither
+terminating nor finished. A pod whose processes died is restarted after a doubling
+back-off, as the kubelet restarts a crashing container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from specops.podrunner._pods import Pod, PodKey
+
+__all__ = ["Actions", "Running", "plan_actions", "restart_backoff_s", "wanted_pods"]
+
+_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+_BACKOFF_BASE_S = 5.0
+_BACKOFF_MAX_S = 300.0
+
+
+@dataclass(frozen=True)
+class Running:
+    """What the runner holds for one pod: whether all its processes live, and since when
+    (monotonic seconds) one has been dead."""
+
+    alive: bool
+    exited_at: float | None = None
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class Actions:
+    start: tuple[PodKey, ...] = ()
+    stop: tuple[PodKey, ...] = ()
+    restart: tuple[PodKey, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.start or self.stop or self.restart)
+
+
+def wanted_pods(pods: Iterable[Pod], nodes: Collection[str]) -> dict[PodKey, Pod]:
+    """The pods that should have processes: labelled, on one of ``nodes``, not going away."""
+    return {
+        pod.key: pod
+        for pod in pods
+        if pod.service is not None
+        and pod.spec.node_name in nodes
+        and pod.metadata.deletion_timestamp is None
+        and pod.status.phase not in _FINISHED_PHASES
+    }
+
+
+def restart_backoff_s(restarts: int) -> float:
+    """Seconds to wait before restarting a pod's processes for the ``restarts``+1-th time."""
+    return float(min(_BACKOFF_BASE_S * 2**restarts, _BACKOFF_MAX_S))
+
+
+def plan_actions(
+    wanted: Collection[PodKey], running: Mapping[PodKey, Running], now: float
+) -> Actions:
+    """Start what is wanted and not held, stop what is held and no longer wanted, restart
+    what is wanted but dead once its back-off has passed."""
+    restart = tuple(
+        sorted(
+            key
+            for key, state in running.items()
+            if key in wanted
+            and not state.alive
+            and state.exited_at is not None
+            and now - state.exited_at >= restart_backoff_s(state.restarts)
+        )
+    )
+    return Actions(
+        start=tuple(sorted(set(wanted) - set(running))),
+        stop=tuple(sorted(set(running) - set(wanted))),
+        restart=restart,
+    )

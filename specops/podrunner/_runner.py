@@ -1,0 +1,443 @@
+"""The runner's shell: poll the API server, start and stop processes, publish where they are.
+
+kwok's pods run nothing. Every ``poll_interval_s`` the runner lists the pods labelled
+``specops.io/service`` and the fake nodes, plans (``plan_actions``) and applies the plan:
+each wanted pod gets its engine under the simulated engine and its sidecar, on loopback
+ports; a pod that goes away or is replaced (new uid) has its processes stopped. After each
+pass it probes every engine's ``/health`` and sidecar's ``/healthz``, rewrites the file_sd
+targets of the Prometheus it may have started, serves a round-robin proxy per service,
+and writes the state file.
+
+Readiness stays kwok's: kwok marks pods Ready by its stage whether or not the engine
+answers, so a Deployment rolls on at kwok's pace. The runner's own view of readiness
+(``ready`` in the state file, and which engines a proxy uses) is the health probe.
+
+Every child runs in a session of its own and gets SIGTERM if the runner's thread dies
+(``PR_SET_PDEATHSIG``); ``run`` stops them all on the way out, whatever the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from specops.podrunner._errors import PodRunnerError
+from specops.podrunner._plan import Running, plan_actions, wanted_pods
+from specops.podrunner._pods import Pod, PodKey, parse_pod
+from specops.podrunner._prometheus import file_sd_targets, prometheus_config
+from specops.podrunner._proxy import build_proxy_app
+from specops.podrunner._state import FailedPod, PodEndpoints, RunnerState, ServiceEndpoint
+from specops.podrunner._translate import (
+    LOOPBACK,
+    PodLaunch,
+    Ports,
+    ProcessSpec,
+    SimOptions,
+    launch_plan,
+)
+
+__all__ = ["PodRunner", "PodSource", "RunnerOptions", "default_specops_command"]
+
+_log = logging.getLogger("specops.podrunner")
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_STOP_GRACE_S = 5.0
+_PROBE_TIMEOUT_S = 1.0
+_PROMETHEUS_START_S = 60.0
+
+
+def default_specops_command() -> tuple[str, ...]:
+    """This environment's ``specops`` (the console script next to the interpreter)."""
+    script = Path(sys.executable).with_name("specops")
+    return (str(script),) if script.exists() else (sys.executable, "-m", "specops.cli")
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    work_dir: Path
+    sim: SimOptions = field(default_factory=SimOptions)
+    poll_interval_s: float = 1.0
+    prometheus_binary: str | None = None
+    scrape_interval_s: float = 2.0
+    proxies: bool = True
+    specops_command: tuple[str, ...] = field(default_factory=default_specops_command)
+
+    @property
+    def state_file(self) -> Path:
+        return self.work_dir / "state.json"
+
+    @property
+    def file_sd(self) -> Path:
+        return self.work_dir / "prometheus" / "targets.json"
+
+
+class PodSource(Protocol):
+    """Where pods and nodes come from: the API server, or a list in a test."""
+
+    def pods(self) -> Sequence[Mapping[str, Any]]:
+        """The pods labelled ``specops.io/service``; raises PodRunnerError when unreachable."""
+        ...
+
+    def nodes(self) -> frozenset[str]:
+        """The names of the fake nodes whose pods the runner runs."""
+        ...
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _term_with_parent() -> None:
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _spawn(argv: Sequence[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+            preexec_fn=_term_with_parent,
+        )
+
+
+async def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after a grace period; reaps the child."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        await asyncio.to_thread(process.wait, _STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        await asyncio.to_thread(process.wait)
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class _PodProcesses:
+    """The live side of one pod: its plan, its children, its health."""
+
+    launch: PodLaunch
+    children: dict[str, subprocess.Popen[bytes]]
+    restarts: int = 0
+    exited_at: float | None = None
+    ready: bool = False
+
+    def running(self) -> Running:
+        alive = all(child.poll() is None for child in self.children.values())
+        return Running(alive=alive, exited_at=self.exited_at, restarts=self.restarts)
+
+
+@dataclass
+class _Proxy:
+    runner: web.AppRunner
+    url: str
+
+
+class PodRunner:
+    """Runs the pods of a :class:`PodSource` as local processes until told to stop."""
+
+    def __init__(self, source: PodSource, options: RunnerOptions) -> None:
+        self.source = source
+        self.options = options
+        self._pods: dict[PodKey, _PodProcesses] = {}
+        self._failed: dict[PodKey, str] = {}
+        self._proxies: dict[tuple[str, str], _Proxy] = {}
+        self._prometheus_url: str | None = None
+        self._written: dict[Path, str] = {}
+
+    # -- the loop ------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reconcile every ``poll_interval_s`` until ``stop`` is set; then stop every child."""
+        self.options.work_dir.mkdir(parents=True, exist_ok=True)
+        async with AsyncExitStack() as stack:
+            session = await stack.enter_async_context(
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5.0))
+            )
+            stack.push_async_callback(self._stop_everything)
+            self._write_targets()
+            if self.options.prometheus_binary is not None:
+                self._prometheus_url = await stack.enter_async_context(
+                    self._prometheus(self.options.prometheus_binary, session)
+                )
+            while not stop.is_set():
+                await self.reconcile(session)
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.options.poll_interval_s)
+
+    async def reconcile(self, session: aiohttp.ClientSession) -> None:
+        """One pass: read the pods, apply the plan, probe, publish."""
+        try:
+            listed = await asyncio.to_thread(self.source.pods)
+            nodes = await asyncio.to_thread(self.source.nodes)
+        except PodRunnerError as exc:
+            _log.warning("cannot list pods (keeping what runs): %s", exc)
+            return
+        pods = [pod for obj in listed if (pod := self._parse(obj)) is not None]
+        wanted = {k: p for k, p in wanted_pods(pods, nodes).items() if k not in self._failed}
+        running = {key: held.running() for key, held in self._pods.items()}
+        now = time.monotonic()
+        self._note_exits(running, now)
+        actions = plan_actions(wanted, running, now)
+        for key in actions.stop:
+            await self._stop_pod(self._pods.pop(key))
+        for key in actions.restart:
+            await self._restart_pod(self._pods[key])
+        for key in actions.start:
+            self._start_pod(wanted[key])
+        self._failed = {k: e for k, e in self._failed.items() if k in {p.key for p in pods}}
+        await self._sync_proxies(session)
+        await self._probe(session)
+        self._write_targets()
+        self._write_state()
+
+    # -- pods ----------------------------------------------------------------------
+    def _parse(self, obj: Mapping[str, Any]) -> Pod | None:
+        try:
+            return parse_pod(obj)
+        except PodRunnerError as exc:
+            _log.warning("%s", exc)
+            return None
+
+    def _note_exits(self, running: Mapping[PodKey, Running], now: float) -> None:
+        for key, state in running.items():
+            held = self._pods[key]
+            if not state.alive and held.exited_at is None:
+                held.exited_at = now
+                for name, child in held.children.items():
+                    if child.poll() is not None:
+                        log = self._log_path(key, name)
+                        _log.warning(
+                            "%s: %s exited with %s; last lines of %s:\n%s",
+                            key,
+                            name,
+                            child.returncode,
+                            log,
+                            _tail(log),
+                        )
+
+    def _log_path(self, key: PodKey, container: str) -> Path:
+        return self.options.work_dir / "logs" / f"{key.namespace}_{key.name}_{container}.log"
+
+    def _spawn_all(self, launch: PodLaunch) -> dict[str, subprocess.Popen[bytes]]:
+        return {
+            process.container: _spawn(
+                process.argv, self._log_path(launch.key, process.container), dict(process.env)
+            )
+            for process in launch.processes
+        }
+
+    def _start_pod(self, pod: Pod) -> None:
+        try:
+            launch = launch_plan(
+                pod,
+                Ports(engine=_free_port(), sidecar=_free_port()),
+                self.options.sim,
+                self.options.specops_command,
+            )
+        except PodRunnerError as exc:
+            _log.error("%s", exc)
+            self._failed[pod.key] = str(exc)
+            return
+        _log.info(
+            "%s: starting engine on %s (speculative config %s)",
+            pod.key,
+            launch.engine.url,
+            launch.speculative_config or "off",
+        )
+        self._pods[pod.key] = _PodProcesses(launch, self._spawn_all(launch))
+
+    async def _stop_pod(self, held: _PodProcesses) -> None:
+        _log.info("%s: stopping", held.launch.key)
+        await asyncio.gather(*(_stop(child) for child in held.children.values()))
+
+    async def _restart_pod(self, held: _PodProcesses) -> None:
+        await self._stop_pod(held)
+        held.restarts += 1
+        held.exited_at = None
+        held.ready = False
+        _log.info("%s: restart %d", held.launch.key, held.restarts)
+        held.children = self._spawn_all(held.launch)
+
+    async def _probe(self, session: aiohttp.ClientSession) -> None:
+        async def healthy(process: ProcessSpec) -> bool:
+            try:
+                async with session.get(
+                    process.url + process.health_path,
+                    timeout=aiohttp.ClientTimeout(total=_PROBE_TIMEOUT_S),
+                ) as response:
+                    return response.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+
+        async def probe(held: _PodProcesses) -> None:
+            results = await asyncio.gather(*(healthy(p) for p in held.launch.processes))
+            held.ready = all(results)
+
+        await asyncio.gather(*(probe(held) for held in self._pods.values()))
+
+    # -- proxies -------------------------------------------------------------------
+    def _ready_engines(self, namespace: str, service: str) -> list[str]:
+        return [
+            held.launch.engine.url
+            for key, held in sorted(self._pods.items())
+            if held.ready and (key.namespace, held.launch.service) == (namespace, service)
+        ]
+
+    async def _sync_proxies(self, session: aiohttp.ClientSession) -> None:
+        if not self.options.proxies:
+            return
+        services = {(key.namespace, held.launch.service) for key, held in self._pods.items()}
+        for gone in set(self._proxies) - services:
+            await self._proxies.pop(gone).runner.cleanup()
+        for namespace, service in sorted(services - set(self._proxies)):
+            app = build_proxy_app(partial(self._ready_engines, namespace, service), session)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, LOOPBACK, 0).start()
+            host, port = runner.addresses[0][:2]
+            self._proxies[(namespace, service)] = _Proxy(runner, f"http://{host}:{port}")
+            _log.info(
+                "%s/%s: proxy on %s", namespace, service, self._proxies[(namespace, service)].url
+            )
+
+    # -- publishing ----------------------------------------------------------------
+    def _write_if_changed(self, path: Path, text: str) -> None:
+        if self._written.get(path) == text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(text)
+        os.replace(temporary, path)
+        self._written[path] = text
+
+    def _write_targets(self) -> None:
+        launches = [held.launch for _, held in sorted(self._pods.items())]
+        self._write_if_changed(
+            self.options.file_sd, json.dumps(file_sd_targets(launches), indent=2)
+        )
+
+    def state(self) -> RunnerState:
+        """What the runner holds now."""
+        return RunnerState(
+            prometheus_url=self._prometheus_url,
+            pods=tuple(
+                PodEndpoints(
+                    namespace=key.namespace,
+                    pod=key.name,
+                    uid=key.uid,
+                    service=held.launch.service,
+                    node=held.launch.node,
+                    engine_url=held.launch.engine.url,
+                    sidecar_url=held.launch.sidecar.url if held.launch.sidecar else None,
+                    speculative_config=held.launch.speculative_config,
+                    ready=held.ready,
+                    restarts=held.restarts,
+                    pids={name: child.pid for name, child in held.children.items()},
+                )
+                for key, held in sorted(self._pods.items())
+            ),
+            services=tuple(
+                ServiceEndpoint(namespace=namespace, service=service, url=proxy.url)
+                for (namespace, service), proxy in sorted(self._proxies.items())
+            ),
+            failed=tuple(
+                FailedPod(namespace=key.namespace, pod=key.name, uid=key.uid, error=error)
+                for key, error in sorted(self._failed.items())
+            ),
+        )
+
+    def _write_state(self) -> None:
+        self._write_if_changed(self.options.state_file, self.state().model_dump_json(indent=2))
+
+    # -- Prometheus and shutdown -----------------------------------------------------
+    @asynccontextmanager
+    async def _prometheus(self, binary: str, session: aiohttp.ClientSession) -> AsyncIterator[str]:
+        executable = shutil.which(binary)
+        if executable is None:
+            raise PodRunnerError(
+                f"Prometheus not found at {binary!r}: install Debian's `prometheus` package "
+                "or pass --no-prometheus"
+            )
+        directory = self.options.work_dir / "prometheus"
+        config = directory / "prometheus.yml"
+        self._write_if_changed(
+            config, prometheus_config(self.options.file_sd, self.options.scrape_interval_s)
+        )
+        url = f"http://{LOOPBACK}:{_free_port()}"
+        log = directory / "prometheus.log"
+        child = _spawn(
+            (
+                executable,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={directory / 'data'}",
+                f"--web.listen-address={url.removeprefix('http://')}",
+                "--log.level=warn",
+            ),
+            log,
+            {},
+        )
+        try:
+            await self._await_ready(child, f"{url}/-/ready", session, log)
+            _log.info("Prometheus on %s", url)
+            yield url
+        finally:
+            await _stop(child)
+
+    async def _await_ready(
+        self,
+        child: subprocess.Popen[bytes],
+        url: str,
+        session: aiohttp.ClientSession,
+        log: Path,
+    ) -> None:
+        deadline = time.monotonic() + _PROMETHEUS_START_S
+        while time.monotonic() < deadline and child.poll() is None:
+            with suppress(aiohttp.ClientError):
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise PodRunnerError(f"Prometheus did not become ready at {url}; its log:\n{_tail(log)}")
+
+    async def _stop_everything(self) -> None:
+        for proxy in self._proxies.values():
+            await proxy.runner.cleanup()
+        self._proxies.clear()
+        held = list(self._pods.values())
+        self._pods.clear()
+        await asyncio.gather(*(self._stop_pod(h) for h in held))
+        self._write_targets()
+        self._write_state()

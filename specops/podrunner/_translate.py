@@ -1,0 +1,226 @@
+"""A pod's own containers, translated into the local processes that stand in for them.
+
+The engine container's ``vllm serve ...`` becomes ``specops sim serve ...`` with the same
+arguments, so the ``--speculative-config`` the operator wrote is the one the simulated
+engine runs; only ``--host``/``--port`` change, to a loopback port of the runner's
+choosing. The sidecar's ``specops sidecar ...`` keeps its arguments too, with
+``--engine-url`` pointed at that engine and its own ``--port`` moved likewise. What the
+simulation needs beyond vLLM's flags (hardware profile, workload, load delay) comes from
+the runner's options, overridden per pod by annotations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from specops.podrunner._errors import PodRunnerError
+from specops.podrunner._pods import Container, Pod, PodKey, container_env, expand
+
+__all__ = [
+    "PROFILE_ANNOTATION",
+    "STARTUP_DELAY_ANNOTATION",
+    "WORKLOAD_ANNOTATION",
+    "PodLaunch",
+    "Ports",
+    "ProcessSpec",
+    "SimOptions",
+    "launch_plan",
+]
+
+PROFILE_ANNOTATION = "specops.io/sim-profile"
+WORKLOAD_ANNOTATION = "specops.io/sim-workload"
+STARTUP_DELAY_ANNOTATION = "specops.io/sim-startup-delay"
+LOOPBACK = "127.0.0.1"
+
+# Ways a container can start vLLM's OpenAI server; the image's entrypoint is the last one.
+_ENGINE_PREFIXES: tuple[tuple[str, ...], ...] = (
+    ("vllm", "serve"),
+    ("python3", "-m", "vllm.entrypoints.openai.api_server"),
+    ("python", "-m", "vllm.entrypoints.openai.api_server"),
+)
+_SIDECAR_PREFIX = ("specops", "sidecar")
+
+Role = Literal["engine", "sidecar"]
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """What the simulated engine needs that vLLM's flags do not say."""
+
+    profile: str = "llama3.1-8b-h100"
+    workload: str = "sharegpt"
+    startup_delay_s: float = 0.0
+
+    def for_pod(self, annotations: Mapping[str, str]) -> SimOptions:
+        """These options with the pod's ``specops.io/sim-*`` annotations applied."""
+        delay = self.startup_delay_s
+        text = annotations.get(STARTUP_DELAY_ANNOTATION)
+        if text is not None:
+            try:
+                delay = float(text)
+            except ValueError:
+                delay = -1.0
+            if not delay >= 0.0:
+                raise PodRunnerError(
+                    f"annotation {STARTUP_DELAY_ANNOTATION}: {text!r} is not a number of "
+                    "seconds >= 0"
+                )
+        return replace(
+            self,
+            profile=annotations.get(PROFILE_ANNOTATION, self.profile),
+            workload=annotations.get(WORKLOAD_ANNOTATION, self.workload),
+            startup_delay_s=delay,
+        )
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The loopback ports chosen for one pod's processes."""
+
+    engine: int
+    sidecar: int
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One local process standing in for one of the pod's containers."""
+
+    container: str
+    role: Role
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    port: int
+    health_path: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+
+@dataclass(frozen=True)
+class PodLaunch:
+    """Everything needed to run one pod locally."""
+
+    key: PodKey
+    service: str
+    node: str
+    engine: ProcessSpec
+    sidecar: ProcessSpec | None
+    speculative_config: str | None
+
+    @property
+    def processes(self) -> tuple[ProcessSpec, ...]:
+        return (self.engine,) if self.sidecar is None else (self.engine, self.sidecar)
+
+
+def _strip_prefix(
+    tokens: Sequence[str], prefixes: Iterable[tuple[str, ...]]
+) -> tuple[str, ...] | None:
+    for prefix in prefixes:
+        if tuple(tokens[: len(prefix)]) == prefix:
+            return tuple(tokens[len(prefix) :])
+    return None
+
+
+def _flag_value(tokens: Sequence[str], flag: str) -> str | None:
+    """The last value given for ``flag`` (as ``--flag v`` or ``--flag=v``), as argparse keeps."""
+    value: str | None = None
+    for i, token in enumerate(tokens):
+        if token == flag and i + 1 < len(tokens):
+            value = tokens[i + 1]
+        elif token.startswith(f"{flag}="):
+            value = token.partition("=")[2]
+    return value
+
+
+def _without(tokens: Sequence[str], flags: frozenset[str]) -> tuple[str, ...]:
+    """``tokens`` with every ``--flag value`` and ``--flag=value`` of ``flags`` removed."""
+    kept: list[str] = []
+    skip_value = False
+    for token in tokens:
+        if skip_value:
+            skip_value = False
+        elif token in flags:
+            skip_value = True
+        elif token.partition("=")[0] not in flags:
+            kept.append(token)
+    return tuple(kept)
+
+
+def _role_args(pod: Pod, container: Container, role: Role) -> tuple[str, ...] | None:
+    """The container's arguments after its ``vllm serve``/``specops sidecar`` command, if it
+    runs that; ``$(VAR)`` references expanded as the kubelet would."""
+    env = container_env(pod, container)
+    tokens = tuple(expand(t, env) for t in (*container.command, *container.args))
+    if role == "sidecar":
+        return _strip_prefix(tokens, (_SIDECAR_PREFIX,))
+    if not container.command and "vllm" in container.image:
+        # The vllm/vllm-openai image's entrypoint runs the API server; args are its flags.
+        return tokens
+    return _strip_prefix(tokens, _ENGINE_PREFIXES)
+
+
+def _one(pod: Pod, role: Role, required: bool) -> tuple[Container, tuple[str, ...]] | None:
+    found = [(c, a) for c in pod.spec.containers if (a := _role_args(pod, c, role)) is not None]
+    if len(found) > 1 or (required and not found):
+        command = "vllm serve" if role == "engine" else "specops sidecar"
+        names = ", ".join(c.name for c, _ in found) or "none"
+        raise PodRunnerError(
+            f"pod {pod.key}: expected {'exactly' if required else 'at most'} one container "
+            f"running `{command}`, found {names}"
+        )
+    return found[0] if found else None
+
+
+def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str]) -> PodLaunch:
+    """The processes for ``pod``: its engine container under the simulated engine and, if it
+    has one, its sidecar; ``specops`` is how to invoke the ``specops`` command."""
+    if pod.service is None or pod.spec.node_name is None:
+        raise PodRunnerError(f"pod {pod.key}: needs the specops.io/service label and a node")
+    found = _one(pod, "engine", required=True)
+    assert found is not None
+    engine_container, engine_args = found
+    options = sim.for_pod(pod.metadata.annotations)
+    engine = ProcessSpec(
+        container=engine_container.name,
+        role="engine",
+        argv=(
+            *specops,
+            "sim",
+            "serve",
+            *_without(engine_args, frozenset({"--host", "--port"})),
+            *("--host", LOOPBACK, "--port", str(ports.engine)),
+            *("--profile", options.profile, "--workload", options.workload),
+            *("--startup-delay", str(options.startup_delay_s)),
+        ),
+        env=tuple(sorted(container_env(pod, engine_container).items())),
+        port=ports.engine,
+        health_path="/health",
+    )
+    sidecar = None
+    found_sidecar = _one(pod, "sidecar", required=False)
+    if found_sidecar is not None:
+        container, args = found_sidecar
+        sidecar = ProcessSpec(
+            container=container.name,
+            role="sidecar",
+            argv=(
+                *specops,
+                "sidecar",
+                *_without(args, frozenset({"--engine-url", "--host", "--port"})),
+                *("--engine-url", engine.url, "--host", LOOPBACK, "--port", str(ports.sidecar)),
+            ),
+            env=tuple(sorted(container_env(pod, container).items())),
+            port=ports.sidecar,
+            health_path="/healthz",
+        )
+    return PodLaunch(
+        key=pod.key,
+        service=pod.service,
+        node=pod.spec.node_name,
+        engine=engine,
+        sidecar=sidecar,
+        speculative_config=_flag_value(engine_args, "--speculative-config"),
+    )

@@ -1,0 +1,75 @@
+"""Desired against running: start, stop, and restart after a back-off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specops.podrunner import (
+    SERVICE_LABEL,
+    Actions,
+    PodKey,
+    Running,
+    parse_pod,
+    plan_actions,
+    restart_backoff_s,
+    wanted_pods,
+)
+from tests.podrunner.pods import llama_deployment, pod_of
+
+NODES = frozenset({"kwok-gpu-0", "kwok-gpu-1"})
+
+
+def _pod(name: str, **changes: Any) -> Any:
+    return pod_of(llama_deployment(), name, uid=f"uid-{name}", **changes)
+
+
+def test_only_labelled_scheduled_live_pods_on_fake_nodes_are_wanted() -> None:
+    unlabelled = _pod("unlabelled")
+    del unlabelled["metadata"]["labels"][SERVICE_LABEL]
+    terminating = _pod("terminating")
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    pods = [
+        _pod("a"),
+        _pod("b", node="kwok-gpu-1", phase="Pending"),
+        _pod("pending", node=None, phase="Pending"),
+        _pod("elsewhere", node="real-node"),
+        _pod("done", phase="Succeeded"),
+        _pod("failed", phase="Failed"),
+        unlabelled,
+        terminating,
+    ]
+    wanted = wanted_pods([parse_pod(p) for p in pods], NODES)
+    assert sorted(key.name for key in wanted) == ["a", "b"]
+
+
+def test_new_pods_start_and_gone_pods_stop() -> None:
+    a, b, c = (PodKey("ns", n, f"uid-{n}") for n in "abc")
+    actions = plan_actions({a, c}, {a: Running(alive=True), b: Running(alive=True)}, now=0.0)
+    assert actions == Actions(start=(c,), stop=(b,))
+
+
+def test_a_replaced_pod_of_the_same_name_is_stopped_and_its_successor_started() -> None:
+    old, new = PodKey("ns", "p", "uid-1"), PodKey("ns", "p", "uid-2")
+    assert plan_actions({new}, {old: Running(alive=True)}, now=0.0) == Actions(
+        start=(new,), stop=(old,)
+    )
+
+
+def test_nothing_to_do_is_false() -> None:
+    key = PodKey("ns", "p", "u")
+    assert not plan_actions({key}, {key: Running(alive=True)}, now=100.0)
+
+
+def test_dead_pods_restart_after_a_doubling_back_off() -> None:
+    key = PodKey("ns", "p", "u")
+    first = Running(alive=False, exited_at=100.0, restarts=0)
+    assert plan_actions({key}, {key: first}, now=100.0 + restart_backoff_s(0) - 0.1).restart == ()
+    assert plan_actions({key}, {key: first}, now=100.0 + restart_backoff_s(0)).restart == (key,)
+    assert restart_backoff_s(1) == 2 * restart_backoff_s(0)
+    assert restart_backoff_s(30) == restart_backoff_s(31)
+
+
+def test_a_dead_pod_that_is_no_longer_wanted_is_stopped_not_restarted() -> None:
+    key = PodKey("ns", "p", "u")
+    actions = plan_actions(set(), {key: Running(alive=False, exited_at=0.0)}, now=1e6)
+    assert actions == Actions(stop=(key,))

@@ -1,0 +1,66 @@
+"""file_sd targets labelled like a PodMonitor's, and a config Prometheus accepts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specops.podrunner import (
+    JOB_NAME,
+    PodLaunch,
+    Ports,
+    SimOptions,
+    file_sd_targets,
+    launch_plan,
+    parse_pod,
+    prometheus_config,
+)
+from tests.podrunner.pods import llama_deployment, pod_of
+
+
+def _launch(name: str, ports: Ports) -> PodLaunch:
+    return launch_plan(parse_pod(pod_of(llama_deployment("ns"), name)), ports, SimOptions(), ("s",))
+
+
+def test_every_process_is_a_target_with_the_pods_labels() -> None:
+    launches = [_launch("llama-b", Ports(3, 4)), _launch("llama-a", Ports(1, 2))]
+    assert file_sd_targets(launches) == [
+        {
+            "targets": [f"127.0.0.1:{port}"],
+            "labels": {"namespace": "ns", "pod": pod, "service": "llama", "container": container},
+        }
+        for pod, container, port in [
+            ("llama-a", "specops-sidecar", 2),
+            ("llama-a", "vllm", 1),
+            ("llama-b", "specops-sidecar", 4),
+            ("llama-b", "vllm", 3),
+        ]
+    ]
+
+
+def test_no_pods_is_an_empty_target_list() -> None:
+    assert file_sd_targets([]) == []
+
+
+def test_config_scrapes_the_file_at_the_interval(tmp_path: Path) -> None:
+    config = yaml.safe_load(prometheus_config(tmp_path / "t.json", 0.5))
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == JOB_NAME
+    assert job["scrape_interval"] == job["scrape_timeout"] == "500ms"
+    assert job["file_sd_configs"] == [
+        {"files": [str(tmp_path / "t.json")], "refresh_interval": "5s"}
+    ]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs Debian's promtool")
+def test_promtool_accepts_the_config(tmp_path: Path) -> None:
+    config = tmp_path / "prometheus.yml"
+    config.write_text(prometheus_config(tmp_path / "targets.json", 2.0))
+    result = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
