@@ -1,0 +1,53 @@
+from specops.bench import LoadTrace, RunResult, Segment, SegmentStats, evaluate_targets, oracle
+
+
+def _stats(name: str, tokens: int, slo_share: float = 1.0) -> SegmentStats:
+    return SegmentStats(
+        name=name,
+        start=0.0,
+        end=10.0,
+        tokens=tokens,
+        tpots=(0.01,),
+        finished_tokens=100,
+        slo_tokens=round(100 * slo_share),
+    )
+
+
+def _run(policy: str, tokens: tuple[int, int], restarts: int = 0) -> RunResult:
+    segments = tuple(_stats(f"s{i}", t) for i, t in enumerate(tokens))
+    return RunResult(policy, "t", segments, restarts, (), ())
+
+
+TRACE = LoadTrace(
+    name="t",
+    workload="sharegpt",
+    segments=(Segment(duration_s=10, concurrency=4), Segment(duration_s=10, concurrency=64)),
+)
+
+
+def test_oracle_takes_the_best_fixed_config_per_segment() -> None:
+    runs = {
+        "k1": _run("k1", (100, 300)),
+        "k3": _run("k3", (200, 100)),
+        "specops": _run("specops", (190, 280), 1),
+    }
+    results = oracle(TRACE, runs, ["k1", "k3"])
+    assert results.oracle_choices == ("k3", "k1")
+    assert results.summary("oracle").throughput == (200 + 300) / 20
+    assert results.summary("specops").restarts == 1
+
+
+def test_goodput_counts_only_tokens_within_the_target() -> None:
+    assert _stats("s", 1000, slo_share=0.25).goodput == 1000 / 10 * 0.25
+
+
+def test_mixed_targets_compare_with_oracle_static_and_regime_changes() -> None:
+    runs = {
+        "k1": _run("k1", (100, 300)),
+        "k3": _run("k3", (200, 100)),
+        "specops": _run("specops", (190, 280), 2),
+    }
+    targets = {t.target: t for t in evaluate_targets([oracle(TRACE, runs, ["k1", "k3"])])}
+    assert not targets["mixed: >= 0.95 of the oracle's goodput"].passed  # 470 / 500 = 0.94
+    assert targets["mixed: ahead of the best single static k"].passed  # 470 > 400
+    assert not targets["no flapping: <= 1 reconfiguration per load-regime change"].passed
