@@ -1,0 +1,156 @@
+"""The runner's shell with a list of pods standing in for the API server: real processes,
+a real Prometheus, the proxy in front of them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specops.podrunner import (
+    PodRunner,
+    PodRunnerError,
+    RunnerOptions,
+    RunnerState,
+    read_state,
+)
+from tests.podrunner.pods import llama_deployment, pod_of
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not shutil.which("prometheus"), reason="needs Debian's prometheus"),
+]
+
+WAIT_S = 60.0
+
+
+class ListSource:
+    """Pods from a list the test edits; ``failing`` makes listing fail like a lost API server."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.failing = False
+
+    def pods(self) -> Sequence[Mapping[str, Any]]:
+        if self.failing:
+            raise PodRunnerError("cannot list pods: connection refused")
+        return list(self.items)
+
+    def nodes(self) -> frozenset[str]:
+        return frozenset({"kwok-gpu-0"})
+
+
+async def _until(done: Callable[[], bool], what: str) -> None:
+    for _ in range(int(WAIT_S / 0.1)):
+        if done():
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"timed out after {WAIT_S:.0f} s waiting for {what}")
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+class Harness:
+    def __init__(self, source: ListSource, options: RunnerOptions) -> None:
+        self.source = source
+        self.options = options
+
+    def state(self) -> RunnerState:
+        if not self.options.state_file.exists():
+            return RunnerState()
+        return read_state(self.options.state_file)
+
+    def ready(self, count: int) -> bool:
+        pods = self.state().pods
+        return len(pods) == count and all(p.ready for p in pods)
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    source = ListSource()
+    options = RunnerOptions(
+        work_dir=tmp_path / "runner",
+        poll_interval_s=0.2,
+        prometheus_binary="prometheus",
+        scrape_interval_s=0.5,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(PodRunner(source, options).run(stop))
+    try:
+        await _until(lambda: options.state_file.exists() or task.done(), "the first state file")
+        yield Harness(source, options)
+    finally:
+        stop.set()
+        await task
+
+
+async def test_pods_run_are_scraped_are_proxied_restart_and_stop(harness: Harness) -> None:
+    deployment = llama_deployment("ns")
+    harness.source.items = [pod_of(deployment, "llama-a", uid="a")]
+    await _until(lambda: harness.ready(1), "one ready pod")
+    state = harness.state()
+    (pod,) = state.pods
+    written = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert pod.speculative_config == written[written.index("--speculative-config") + 1]
+    cmdline = Path(f"/proc/{pod.pids['vllm']}/cmdline").read_bytes().split(b"\0")
+    assert pod.speculative_config.encode() in cmdline
+
+    url = state.service_url("ns", "llama")
+    assert url is not None
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as client:
+        models = (await client.get("/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == ["llama-3.1-8b"]
+        body = {"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 4, "stream": True}
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            assert response.status_code == 200
+            lines = [line async for line in response.aiter_lines() if line]
+        assert lines[-1] == "data: [DONE]"
+
+    assert state.prometheus_url is not None
+    query = 'up{namespace="ns",pod="llama-a",service="llama"}'
+
+    def scraped() -> set[str]:
+        answer = httpx.get(f"{state.prometheus_url}/api/v1/query", params={"query": query})
+        result = answer.json()["data"]["result"]
+        return {r["metric"]["container"] for r in result if r["value"][1] == "1"}
+
+    await _until(lambda: scraped() == {"vllm", "specops-sidecar"}, "both targets up")
+
+    harness.source.failing = True
+    await asyncio.sleep(1.0)
+    assert [p.pod for p in harness.state().pods] == ["llama-a"]
+    harness.source.failing = False
+
+    os.kill(pod.pids["vllm"], signal.SIGKILL)
+    await _until(lambda: harness.state().pods[0].restarts == 1, "a restart")
+    await _until(lambda: harness.ready(1), "the restarted pod to be ready")
+    restarted = harness.state().pods[0]
+    assert restarted.engine_url == pod.engine_url
+
+    harness.source.items = []
+    await _until(lambda: not harness.state().pods, "the pod's processes to stop")
+    assert not any(_alive(pid) for pid in restarted.pids.values())
+    assert not harness.state().services
+    targets = json.loads(harness.options.file_sd.read_text())
+    assert targets == []
+
+
+async def test_a_pod_the_runner_cannot_translate_is_reported(harness: Harness) -> None:
+    pod = pod_of(llama_deployment("ns"), "odd", uid="odd")
+    pod["spec"]["containers"][0].update(command=["python"], args=["app.py"], image="busybox")
+    harness.source.items = [pod]
+    await _until(lambda: bool(harness.state().failed), "the pod to be reported")
+    (failed,) = harness.state().failed
+    assert (failed.pod, failed.uid) == ("odd", "odd")
+    assert "vllm serve" in failed.error
+    assert not harness.state().pods
