@@ -100,8 +100,13 @@ def structural_schema(node: dict[str, Any], defs: dict[str, Any], path: str = ""
             for name, child in node["properties"].items()
         }
         if isinstance(out.get("default"), dict):
-            # Kubernetes fills nested defaults beneath an empty object default.
-            out["default"] = {}
+            # Spelled out rather than {}: the API server checks a default against the CEL
+            # rules at CRD creation without filling the nested defaults first.
+            out["default"] = {
+                name: child["default"]
+                for name, child in out["properties"].items()
+                if "default" in child
+            }
     elif isinstance(node.get("additionalProperties"), dict):
         out["additionalProperties"] = structural_schema(
             node["additionalProperties"], defs, f"{path}.*"
