@@ -15,10 +15,12 @@ from collections.abc import Callable
 
 from specops.errors import MetricsError
 from specops.observation import (
+    Interval,
     Observation,
     ObserverConfig,
     Snapshot,
     SourceObservation,
+    interval_between,
     observe,
     snapshot_from_reading,
 )
@@ -73,6 +75,7 @@ class Sidecar:
         self._clock = clock
         self._problems = OncePerCause(logger)
         self._snapshots: deque[Snapshot] = deque()
+        self._intervals: deque[Interval] = deque()
         self._keep_s = max(config.windows_s)
         self._ok = 0
         self._failed = 0
@@ -105,7 +108,7 @@ class Sidecar:
             last_success=self._last_success,
             error=self._error,
         )
-        return observe(tuple(self._snapshots), now, self._config, source)
+        return observe(self._snapshots, now, self._config, source, self._intervals)
 
     async def poll(self) -> None:
         """Read once, keep what is new, recompute the observation."""
@@ -127,8 +130,11 @@ class Sidecar:
         self._observation = self._observe(self._clock())
 
     def _keep(self, snapshot: Snapshot) -> None:
-        if self._snapshots and snapshot.timestamp <= self._snapshots[-1].timestamp:
-            return
+        if self._snapshots:
+            if snapshot.timestamp <= self._snapshots[-1].timestamp:
+                return
+            self._intervals.append(interval_between(self._snapshots[-1], snapshot))
         self._snapshots.append(snapshot)
         while snapshot.timestamp - self._snapshots[0].timestamp >= self._keep_s:
             self._snapshots.popleft()
+            self._intervals.popleft()

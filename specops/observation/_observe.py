@@ -307,13 +307,14 @@ class _Window:
 def _window(
     length: float,
     snapshots: Sequence[Snapshot],
+    all_intervals: Sequence[Interval],
     now: float,
     status: EstimateStatus,
     config: ObserverConfig,
     prior: StepTimePrior | None,
 ) -> _Window:
     inside = [s for s in snapshots if now - length < s.timestamp <= now]
-    intervals = intervals_of(inside)
+    intervals = [i for i in all_intervals if now - length < i.start and i.end <= now]
     positions = len(inside[-1].accepted_per_position) if inside else 0
     if not intervals:
         reason = f"fewer than two readings in the last {length:g}s"
@@ -414,8 +415,13 @@ def observe(
     now: float,
     config: ObserverConfig,
     source: SourceObservation,
+    intervals: Sequence[Interval] | None = None,
 ) -> Observation:
-    """Every window's estimates at ``now`` from time-ordered ``snapshots`` (pure)."""
+    """Every window's estimates at ``now`` from time-ordered ``snapshots`` (pure).
+
+    ``intervals`` may pass ``intervals_of(snapshots)`` kept up to date by the caller, one
+    new interval per reading instead of all of them again.
+    """
     latest = snapshots[-1] if snapshots else None
     if latest is None:
         status = _UNKNOWN
@@ -429,8 +435,10 @@ def observe(
         if config.cost_model is not None
         else None
     )
+    if intervals is None:
+        intervals = intervals_of(snapshots)
     windows = {
-        length: _window(length, snapshots, now, status, config, prior)
+        length: _window(length, snapshots, intervals, now, status, config, prior)
         for length in config.windows_s
     }
     return Observation(
