@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import pytest
@@ -133,7 +134,9 @@ async def _poll(
         await asyncio.sleep(0.5)
 
 
-def _observe(snapshots: list[Snapshot], kind: str, now: float) -> Observation:
+def _observe(
+    snapshots: list[Snapshot], kind: Literal["direct", "prometheus"], now: float
+) -> Observation:
     config = ObserverConfig(
         namespace="ns",
         pod="llama-0",
@@ -144,7 +147,7 @@ def _observe(snapshots: list[Snapshot], kind: str, now: float) -> Observation:
         method="eagle",
         stale_after_s=600.0,
     )
-    source = SourceObservation(kind=kind, target="", up=True)  # type: ignore[arg-type]
+    source = SourceObservation(kind=kind, target="", up=True)
     return observe(snapshots, now, config, source)
 
 
