@@ -81,9 +81,8 @@ def podrunner(
         proxies=proxies,
     )
     click.echo(f"pod runner: state in {options.state_file}", err=True)
-    source = KubePodSource(kubeconfig)
 
-    async def main() -> None:
+    async def main(source: KubePodSource) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -91,8 +90,10 @@ def podrunner(
         await PodRunner(source, options).run(stop)
 
     try:
-        asyncio.run(main())
+        source = KubePodSource(kubeconfig)
+        try:
+            asyncio.run(main(source))
+        finally:
+            source.close()
     except SpecopsError as exc:
         raise click.ClickException(str(exc)) from exc
-    finally:
-        source.close()

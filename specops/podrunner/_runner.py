@@ -217,7 +217,8 @@ class PodRunner:
             await self._restart_pod(self._pods[key])
         for key in actions.start:
             self._start_pod(wanted[key])
-        self._failed = {k: e for k, e in self._failed.items() if k in {p.key for p in pods}}
+        listed_keys = {pod.key for pod in pods}
+        self._failed = {k: e for k, e in self._failed.items() if k in listed_keys}
         await self._sync_proxies(session)
         await self._probe(session)
         self._write_targets()
@@ -252,12 +253,24 @@ class PodRunner:
         return self.options.work_dir / "logs" / f"{key.namespace}_{key.name}_{container}.log"
 
     def _spawn_all(self, launch: PodLaunch) -> dict[str, subprocess.Popen[bytes]]:
-        return {
-            process.container: _spawn(
-                process.argv, self._log_path(launch.key, process.container), dict(process.env)
-            )
-            for process in launch.processes
-        }
+        """Start every process of ``launch``, or none: a failure stops those already started."""
+        children: dict[str, subprocess.Popen[bytes]] = {}
+        for process in launch.processes:
+            log = self._log_path(launch.key, process.container)
+            try:
+                children[process.container] = _spawn(process.argv, log, dict(process.env))
+            except OSError as exc:
+                for child in children.values():
+                    child.kill()
+                    child.wait()
+                raise PodRunnerError(
+                    f"pod {launch.key}: cannot start {process.argv[0]}: {exc}"
+                ) from exc
+        return children
+
+    def _fail(self, key: PodKey, error: PodRunnerError) -> None:
+        _log.error("%s", error)
+        self._failed[key] = str(error)
 
     def _start_pod(self, pod: Pod) -> None:
         try:
@@ -267,29 +280,34 @@ class PodRunner:
                 self.options.sim,
                 self.options.specops_command,
             )
+            children = self._spawn_all(launch)
         except PodRunnerError as exc:
-            _log.error("%s", exc)
-            self._failed[pod.key] = str(exc)
+            self._fail(pod.key, exc)
             return
         _log.info(
-            "%s: starting engine on %s (speculative config %s)",
+            "%s: started engine on %s (speculative config %s)",
             pod.key,
             launch.engine.url,
             launch.speculative_config or "off",
         )
-        self._pods[pod.key] = _PodProcesses(launch, self._spawn_all(launch))
+        self._pods[pod.key] = _PodProcesses(launch, children)
 
     async def _stop_pod(self, held: _PodProcesses) -> None:
         _log.info("%s: stopping", held.launch.key)
         await asyncio.gather(*(_stop(child) for child in held.children.values()))
 
     async def _restart_pod(self, held: _PodProcesses) -> None:
+        key = held.launch.key
         await self._stop_pod(held)
         held.restarts += 1
         held.exited_at = None
         held.ready = False
-        _log.info("%s: restart %d", held.launch.key, held.restarts)
-        held.children = self._spawn_all(held.launch)
+        _log.info("%s: restart %d", key, held.restarts)
+        try:
+            held.children = self._spawn_all(held.launch)
+        except PodRunnerError as exc:
+            del self._pods[key]
+            self._fail(key, exc)
 
     async def _probe(self, session: aiohttp.ClientSession) -> None:
         async def healthy(process: ProcessSpec) -> bool:

@@ -154,3 +154,21 @@ async def test_a_pod_the_runner_cannot_translate_is_reported(harness: Harness) -
     assert (failed.pod, failed.uid) == ("odd", "odd")
     assert "vllm serve" in failed.error
     assert not harness.state().pods
+
+
+async def test_a_pod_whose_processes_cannot_start_is_reported(tmp_path: Path) -> None:
+    source = ListSource()
+    source.items = [pod_of(llama_deployment("ns"), "p", uid="p")]
+    options = RunnerOptions(
+        work_dir=tmp_path, poll_interval_s=0.1, specops_command=(str(tmp_path / "missing"),)
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(PodRunner(source, options).run(stop))
+    try:
+        await _until(lambda: bool(Harness(source, options).state().failed), "a failure")
+    finally:
+        stop.set()
+        await task
+    (failed,) = read_state(options.state_file).failed
+    assert "cannot start" in failed.error
+    assert str(tmp_path / "missing") in failed.error
