@@ -8,6 +8,7 @@ round-robin proxy per service, and stops them when the pod goes.
 """
 
 from specops.podrunner._errors import PodRunnerError
+from specops.podrunner._kube import KubePodSource
 from specops.podrunner._plan import Actions, Running, plan_actions, restart_backoff_s, wanted_pods
 from specops.podrunner._pods import (
     SERVICE_LABEL,
@@ -47,6 +48,7 @@ __all__ = [
     "Actions",
     "Container",
     "FailedPod",
+    "KubePodSource",
     "Pod",
     "PodEndpoints",
     "PodKey",
