@@ -1,5 +1,6 @@
 """The slow control loop's decision core: pure, clock injected, no Kubernetes types."""
 
+from specops.control._adapter import ServiceWindow, batch_distribution, service_window
 from specops.control._decide import (
     Action,
     ControllerState,
@@ -7,6 +8,7 @@ from specops.control._decide import (
     Decision,
     Mode,
     Observation,
+    ReasonCode,
     Rollout,
     ServiceModel,
     decide,
@@ -20,10 +22,14 @@ __all__ = [
     "Decision",
     "Mode",
     "Observation",
+    "ReasonCode",
     "Regime",
     "RegimeSettings",
     "Rollout",
     "ServiceModel",
+    "ServiceWindow",
+    "batch_distribution",
     "decide",
+    "service_window",
     "track_regime",
 ]

@@ -39,6 +39,7 @@ __all__ = [
     "Decision",
     "Mode",
     "Observation",
+    "ReasonCode",
     "Rollout",
     "ServiceModel",
     "decide",
@@ -62,6 +63,29 @@ class Action(StrEnum):
     RECONFIGURE = "Reconfigure"
     ROLLBACK = "Rollback"
     WITHHOLD = "Withhold"
+
+
+class ReasonCode(StrEnum):
+    """Why a decision came out as it did, as a short fixed code (metric labels, events)."""
+
+    ROLLOUT_DONE = "RolloutDone"
+    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+    ROLLOUT_FAILED = "RolloutFailed"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    METRICS_STALE = "MetricsStale"
+    NO_COST_MODEL = "NoCostModel"
+    TOO_LITTLE_LOAD = "TooLittleLoad"
+    REGIME_UNCONFIRMED = "RegimeUnconfirmed"
+    ACCEPTANCE_UNKNOWN = "AcceptanceUnknown"
+    MODE_FROZEN = "ModeFrozen"
+    ALREADY_BEST = "AlreadyBest"
+    GAIN_TOO_SMALL = "GainTooSmall"
+    RESTART_NOT_WORTH = "RestartNotWorth"
+    COOLDOWN = "Cooldown"
+    MIN_DWELL = "MinDwell"
+    HOURLY_CAP = "HourlyCap"
+    ADVISE_ONLY = "AdviseOnly"
+    GAIN_PAYS_RESTART = "GainPaysRestart"
 
 
 @dataclass(frozen=True)
@@ -123,6 +147,7 @@ class Observation:
     ``load`` is the running-request distribution over the window (None if nothing was
     sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
     ``pods_ready`` says whether every pod runs the config in force and is Ready.
+    ``problem`` says why there are no usable measurements at all (empty when there are).
     """
 
     window_end: float
@@ -131,6 +156,7 @@ class Observation:
     num_drafts: float
     accepted_per_position: tuple[float, ...]
     pods_ready: bool = True
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,6 +198,7 @@ class Decision:
 
     at: float
     action: Action
+    code: ReasonCode
     config: SpecConfig
     recommended: SpecConfig | None
     applied: bool
@@ -196,13 +223,14 @@ def _follow_rollout(
     observation: Observation,
     settings: ControlSettings,
     now: float,
-) -> tuple[Action, ControllerState, str]:
+) -> tuple[Action, ReasonCode, ControllerState, str]:
     elapsed = now - rollout.started_at
     if observation.pods_ready:
         durations = (*state.rollout_durations, elapsed)[-_DURATIONS_KEPT:]
         done = replace(state, rollout=None, last_good=rollout.target, rollout_durations=durations)
         return (
             Action.KEEP,
+            ReasonCode.ROLLOUT_DONE,
             done,
             f"rollout to {rollout.target.describe()} Ready after {elapsed:.0f}s",
         )
@@ -216,6 +244,7 @@ def _follow_rollout(
         )
         return (
             Action.ROLLBACK,
+            ReasonCode.ROLLOUT_FAILED,
             back,
             f"pods with {rollout.target.describe()} not Ready after {elapsed:.0f}s "
             f"(limit {settings.rollout_timeout_s:.0f}s): back to the last good config "
@@ -223,6 +252,7 @@ def _follow_rollout(
         )
     return (
         Action.WITHHOLD,
+        ReasonCode.ROLLOUT_IN_PROGRESS,
         state,
         f"rollout to {rollout.target.describe()} in progress for {elapsed:.0f}s "
         f"(limit {settings.rollout_timeout_s:.0f}s)",
@@ -289,18 +319,23 @@ def _policy(
     )
 
 
-def _gate(state: ControllerState, settings: ControlSettings, now: float) -> str | None:
+def _gate(
+    state: ControllerState, settings: ControlSettings, now: float
+) -> tuple[ReasonCode, str] | None:
     """The rule that forbids a reconfiguration now, in words, or None."""
     if state.cooldown_until is not None and now < state.cooldown_until:
-        return f"cooling down after a rollback for another {state.cooldown_until - now:.0f}s"
-    if state.last_change_at is not None and now - state.last_change_at < settings.min_dwell_s:
         return (
+            ReasonCode.COOLDOWN,
+            f"cooling down after a rollback for another {state.cooldown_until - now:.0f}s",
+        )
+    if state.last_change_at is not None and now - state.last_change_at < settings.min_dwell_s:
+        return ReasonCode.MIN_DWELL, (
             f"minimum dwell: the last change was {now - state.last_change_at:.0f}s ago "
             f"(dwell {settings.min_dwell_s:.0f}s)"
         )
     recent = [t for t in state.changes if now - t < _HOUR]
     if len(recent) >= settings.max_reconfigurations_per_hour:
-        return (
+        return ReasonCode.HOURLY_CAP, (
             f"{len(recent)} reconfigurations in the past hour reach the cap of "
             f"{settings.max_reconfigurations_per_hour}"
         )
@@ -310,15 +345,16 @@ def _gate(state: ControllerState, settings: ControlSettings, now: float) -> str 
 def decide(
     state: ControllerState,
     observation: Observation,
-    service: ServiceModel,
+    service: ServiceModel | None,
     settings: ControlSettings,
     now: float,
 ) -> Decision:
-    """One tick of the slow loop."""
+    """One tick of the slow loop; ``service`` is None when no step-cost model is known."""
     restart_cost = _restart_cost(state, settings)
 
     def out(
         action: Action,
+        code: ReasonCode,
         next_state: ControllerState,
         reason: str,
         choice: PolicyChoice | None = None,
@@ -328,6 +364,7 @@ def decide(
         return Decision(
             at=now,
             action=action,
+            code=code,
             config=next_state.config,
             recommended=choice.config if choice else None,
             applied=action in (Action.RECONFIGURE, Action.ROLLBACK),
@@ -341,15 +378,32 @@ def decide(
         )
 
     if state.rollout is not None:
-        action, next_state, reason = _follow_rollout(
+        action, code, next_state, reason = _follow_rollout(
             state, state.rollout, observation, settings, now
         )
-        return out(action, next_state, reason)
+        return out(action, code, next_state, reason)
+
+    if observation.problem:
+        return out(
+            Action.WITHHOLD,
+            ReasonCode.METRICS_UNAVAILABLE,
+            state,
+            f"holding {state.config.describe()}: no usable measurements: {observation.problem}",
+        )
+    if service is None:
+        return out(
+            Action.WITHHOLD,
+            ReasonCode.NO_COST_MODEL,
+            state,
+            f"holding {state.config.describe()}: no step-cost model (performance profile) is "
+            f"known for this service, so no config can be predicted",
+        )
 
     age = now - observation.window_end
     if age > settings.max_staleness_s:
         return out(
             Action.WITHHOLD,
+            ReasonCode.METRICS_STALE,
             state,
             f"holding {state.config.describe()}: the latest measurements are {age:.0f}s old "
             f"(limit {settings.max_staleness_s:.0f}s)",
@@ -359,6 +413,7 @@ def decide(
         seen = load.samples if load else 0
         return out(
             Action.WITHHOLD,
+            ReasonCode.TOO_LITTLE_LOAD,
             state,
             f"holding {state.config.describe()}: the window has {seen} busy load samples, "
             f"fewer than the {settings.min_load_samples} a decision needs",
@@ -379,6 +434,7 @@ def decide(
     if regime.doubts > 0:
         return out(
             Action.WITHHOLD,
+            ReasonCode.REGIME_UNCONFIRMED,
             state,
             f"holding {state.config.describe()}: the load or acceptance moved away from the "
             f"current regime; waiting for {settings.regime.confirmations} windows in a row "
@@ -388,6 +444,7 @@ def decide(
     if acceptance is None:
         return out(
             Action.WITHHOLD,
+            ReasonCode.ACCEPTANCE_UNKNOWN,
             state,
             f"holding {state.config.describe()}: acceptance is unknown (fewer than "
             f"{settings.min_drafts} drafts measured and no prior)",
@@ -401,6 +458,7 @@ def decide(
     if settings.mode in (Mode.FIXED, Mode.OFF):
         return out(
             Action.KEEP,
+            ReasonCode.MODE_FROZEN,
             state,
             f"mode {settings.mode.value} never changes the config; the policy would choose "
             f"{choice.config.describe()} ({gain:+.1%}): {choice.reason}",
@@ -417,6 +475,7 @@ def decide(
         )
         return out(
             Action.KEEP,
+            ReasonCode.ALREADY_BEST if choice.config == state.config else ReasonCode.GAIN_TOO_SMALL,
             state,
             f"{state.config.describe()} {verdict}. {choice.reason}",
             choice,
@@ -430,6 +489,7 @@ def decide(
     if gain_s <= settings.margin * restart_cost:
         return out(
             Action.KEEP,
+            ReasonCode.RESTART_NOT_WORTH,
             state,
             f"{state.config.describe()} stays: switching to {choice.config.describe()} does not "
             f"pay: {pays}",
@@ -439,10 +499,12 @@ def decide(
         )
     blocked = _gate(state, settings, now)
     if blocked is not None:
+        code, rule = blocked
         return out(
             Action.WITHHOLD,
+            code,
             state,
-            f"{choice.config.describe()} would pay ({pays}) but is withheld: {blocked}",
+            f"{choice.config.describe()} would pay ({pays}) but is withheld: {rule}",
             choice,
             gain_s,
             new_regime,
@@ -450,6 +512,7 @@ def decide(
     if settings.mode is Mode.ADVISE:
         return out(
             Action.WITHHOLD,
+            ReasonCode.ADVISE_ONLY,
             state,
             f"mode Advise: recommending {choice.config.describe()} ({pays}); not applied. "
             f"{choice.reason}",
@@ -466,6 +529,7 @@ def decide(
     )
     return out(
         Action.RECONFIGURE,
+        ReasonCode.GAIN_PAYS_RESTART,
         changed,
         f"reconfiguring {state.config.describe()} -> {choice.config.describe()}: {pays}. "
         f"{choice.reason}",

@@ -1,0 +1,214 @@
+"""From the pods' wire observations to one control input for the whole service.
+
+Each pod's sidecar measures its own engine; the slow loop decides for the service. Counters
+add up across pods (drafts, accepted tokens per position), distributions mix by their
+sample counts, and a pod is left out, with the reason said, when it has nothing fresh
+to offer or runs another config than the one in force (mid-rollout), so one odd pod
+can neither fake a regime nor mix the acceptance of two different k.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specops.control._decide import Observation
+from specops.observation import (
+    DistributionObservation,
+    EstimateStatus,
+    WindowObservation,
+)
+from specops.observation import Observation as PodObservation
+from specops.policy import BatchDistribution
+
+__all__ = ["ServiceWindow", "batch_distribution", "service_window"]
+
+
+@dataclass(frozen=True)
+class ServiceWindow:
+    """The service's measurements over one window and whether they can be used.
+
+    ``observation`` is the control input (its ``problem`` is set when nothing usable was
+    measured); ``reason``/``message`` feed the MetricsAvailable condition; the rest are
+    the figures reported in status (per engine, averaged over the measured pods).
+    """
+
+    observation: Observation
+    available: bool
+    reason: str
+    message: str
+    pods_measured: int
+    window_s: float
+    concurrency: float | None = None
+    acceptance_length: float | None = None
+    acceptance_per_position: tuple[float, ...] = ()
+    tpot_s: float | None = None
+    throughput_per_pod: float | None = None
+
+
+def batch_distribution(running: DistributionObservation) -> BatchDistribution | None:
+    """The busy part of a bucketed running-request histogram as a batch-size distribution.
+
+    Each bucket's share is spread evenly over the whole batch sizes in it, and nothing is
+    put above the largest value seen; idle samples (batch 0) are left out. None when
+    the engine never had a request running.
+    """
+    weights: dict[int, float] = {}
+    top = math.ceil(running.max)
+    lower, below = 0, 0.0
+    for bound, cumulative in zip(running.bounds, running.cumulative_fractions, strict=True):
+        share = cumulative - below
+        upper = min(math.floor(bound), top)
+        if share > 0 and upper > lower:
+            batches = range(lower + 1, upper + 1)
+            for batch in batches:
+                weights[batch] = weights.get(batch, 0.0) + share / len(batches)
+        lower, below = max(lower, math.floor(bound)), cumulative
+    if below < 1.0 and top > lower:  # the open top bucket
+        weights[top] = weights.get(top, 0.0) + 1.0 - below
+    busy = round(running.samples * (1.0 - running.cumulative_fractions[0]))
+    if not weights or busy <= 0:
+        return None
+    return BatchDistribution.from_weights(weights, samples=busy)
+
+
+def _window(pod: PodObservation, length: float) -> WindowObservation | None:
+    if not pod.windows:
+        return None
+    return min(pod.windows, key=lambda w: abs(w.window_seconds - length))
+
+
+def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
+    known = [(v, w) for v, w in pairs if v is not None and w > 0]
+    total = sum(w for _, w in known)
+    return sum(v * w for v, w in known) / total if total > 0 else None
+
+
+def _context_tokens(
+    windows: Sequence[WindowObservation], kv_capacity_tokens: int | None, default: float
+) -> float:
+    """Mean context per running request: KV tokens in use over requests running."""
+    estimates: list[tuple[float | None, float]] = []
+    for w in windows:
+        running, kv = w.load.running, w.load.kv_cache_usage
+        if kv_capacity_tokens and running is not None and kv is not None and running.mean > 0:
+            estimates.append((kv.mean * kv_capacity_tokens / running.mean, running.mean))
+    found = _weighted(estimates)
+    return found if found is not None else default
+
+
+def _unavailable(
+    reason: str, problem: str, now: float, window_s: float, pods_ready: bool
+) -> ServiceWindow:
+    observation = Observation(
+        window_end=now,
+        load=None,
+        context_tokens=0.0,
+        num_drafts=0.0,
+        accepted_per_position=(),
+        pods_ready=pods_ready,
+        problem=problem,
+    )
+    return ServiceWindow(observation, False, reason, problem, 0, window_s)
+
+
+def service_window(
+    pods: Sequence[PodObservation],
+    failures: Sequence[str],
+    *,
+    window_s: float,
+    configured_k: int,
+    now: float,
+    pods_ready: bool,
+    kv_capacity_tokens: int | None = None,
+    default_context_tokens: float = 1024.0,
+) -> ServiceWindow:
+    """Aggregate the pods' observations of the window closest to ``window_s``.
+
+    ``failures`` are the pods (or the source) that gave no observation, as messages;
+    ``configured_k`` is the num_speculative_tokens in force (0: off); pods reporting
+    another k are left out.
+    """
+    skipped = list(failures)
+    used: list[tuple[PodObservation, WindowObservation]] = []
+    stale = 0
+    for pod in pods:
+        window = _window(pod, window_s)
+        if pod.status is not EstimateStatus.OK or window is None:
+            stale += pod.status is EstimateStatus.STALE
+            skipped.append(f"{pod.pod or pod.service}: estimates {pod.status.value}")
+        elif pod.configured_k != configured_k:
+            skipped.append(
+                f"{pod.pod}: runs k={pod.configured_k}, not the k={configured_k} in force"
+            )
+        else:
+            used.append((pod, window))
+    note = f"; left out: {'; '.join(skipped)}" if skipped else ""
+    if not used:
+        if stale:
+            return _unavailable(
+                "MetricsStale",
+                f"no fresh measurements from any pod{note}",
+                now,
+                window_s,
+                pods_ready,
+            )
+        reason = "NoObservations" if not pods else "NoData"
+        detail = "; ".join(skipped) if skipped else "no pod to measure"
+        return _unavailable(reason, f"no usable measurements: {detail}", now, window_s, pods_ready)
+
+    windows = [w for _, w in used]
+    loads = [
+        (d, w.load.running.samples)
+        for w in windows
+        if w.load.running is not None and (d := batch_distribution(w.load.running)) is not None
+    ]
+    load: BatchDistribution | None = None
+    if loads:
+        merged: dict[int, float] = {}
+        for distribution, samples in loads:
+            for batch, weight in distribution.weights:
+                merged[batch] = merged.get(batch, 0.0) + weight * samples
+        load = BatchDistribution.from_weights(merged, samples=sum(d.samples for d, _ in loads))
+
+    measured = [
+        w.acceptance
+        for w in windows
+        if w.acceptance.status is EstimateStatus.OK and w.acceptance.drafts > 0
+    ]
+    positions = min((len(a.per_position) for a in measured), default=0)
+    drafts = sum(a.drafts for a in measured) if positions else 0.0
+    accepted = tuple(sum(a.per_position[i] * a.drafts for a in measured) for i in range(positions))
+    observation = Observation(
+        window_end=min(p.latest_reading_at or p.observed_at for p, _ in used),
+        load=load,
+        context_tokens=_context_tokens(windows, kv_capacity_tokens, default_context_tokens),
+        num_drafts=drafts,
+        accepted_per_position=accepted,
+        pods_ready=pods_ready,
+    )
+    running = [
+        (w.load.running.mean, float(w.load.running.samples)) for w in windows if w.load.running
+    ]
+    tpots = [
+        (w.outcome.tpot.mean_seconds, w.outcome.tpot.observations)
+        for w in windows
+        if w.outcome.tpot is not None
+    ]
+    rates = [w.outcome.output_tokens_per_second for w in windows]
+    known_rates = [r for r in rates if r is not None]
+    return ServiceWindow(
+        observation=observation,
+        available=True,
+        reason="Measured",
+        message=f"{len(used)} of {len(used) + len(skipped)} pods measured over "
+        f"{windows[0].window_seconds:g}s{note}",
+        pods_measured=len(used),
+        window_s=windows[0].window_seconds,
+        concurrency=_weighted(running),
+        acceptance_length=1.0 + sum(accepted) / drafts if drafts > 0 else None,
+        acceptance_per_position=tuple(a / drafts for a in accepted) if drafts > 0 else (),
+        tpot_s=_weighted(tpots),
+        throughput_per_pod=sum(known_rates) / len(known_rates) if known_rates else None,
+    )

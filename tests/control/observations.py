@@ -1,0 +1,97 @@
+"""Wire observations of one pod, built from a few numbers, for adapter and operator tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specops.observation import (
+    RUNNING_BOUNDS,
+    AcceptanceObservation,
+    CostObservation,
+    DistributionObservation,
+    EstimateStatus,
+    LoadObservation,
+    Observation,
+    OutcomeObservation,
+    PredictionObservation,
+    SourceObservation,
+    WindowObservation,
+    distribution,
+)
+
+__all__ = ["pod_observation"]
+
+
+def _distribution(values: Sequence[float], bounds: Sequence[float]) -> DistributionObservation:
+    found = distribution(values, bounds)
+    assert found is not None
+    finite = [
+        (b, f) for b, f in zip(found.bounds, found.cumulative_fractions, strict=True) if b < 1e300
+    ]
+    return DistributionObservation(
+        samples=found.samples,
+        mean=found.mean,
+        p50=found.p50,
+        p90=found.p90,
+        p99=found.p99,
+        max=found.maximum,
+        bounds=[b for b, _ in finite],
+        cumulative_fractions=[f for _, f in finite],
+    )
+
+
+def pod_observation(
+    pod: str,
+    *,
+    at: float,
+    running: Sequence[float],
+    k: int = 3,
+    alpha: float = 0.7,
+    drafts: float = 50_000.0,
+    kv_usage: float | None = None,
+    status: EstimateStatus = EstimateStatus.OK,
+    window_s: float = 300.0,
+    tokens_per_second: float = 1000.0,
+) -> Observation:
+    """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``."""
+    ok = EstimateStatus.OK
+    per_position = [alpha ** (i + 1) for i in range(k)]
+    acceptance = (
+        AcceptanceObservation(
+            status=status,
+            drafts=drafts,
+            mean_acceptance_length=1 + sum(per_position),
+            per_position=per_position,
+        )
+        if k
+        else AcceptanceObservation(status=EstimateStatus.UNKNOWN, reason="speculation off")
+    )
+    load = LoadObservation(
+        status=status,
+        running=_distribution(running, RUNNING_BOUNDS),
+        kv_cache_usage=_distribution([kv_usage] * len(running), (0.5, 1.0))
+        if kv_usage is not None
+        else None,
+    )
+    window = WindowObservation(
+        window_seconds=window_s,
+        covered_seconds=window_s,
+        readings=len(running),
+        resets=0,
+        acceptance=acceptance,
+        load=load,
+        cost=CostObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
+        outcome=OutcomeObservation(status=ok, output_tokens_per_second=tokens_per_second),
+    )
+    return Observation(
+        namespace="ml",
+        pod=pod,
+        service="llama",
+        observed_at=at,
+        latest_reading_at=at,
+        status=status,
+        configured_k=k,
+        source=SourceObservation(kind="direct", target="http://engine/metrics", up=True),
+        windows=[window],
+        prediction=PredictionObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
+    )

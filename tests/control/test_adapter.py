@@ -1,0 +1,137 @@
+"""Pods' wire observations to one control input: sums, mixes, and honest exclusions."""
+
+import pytest
+
+from specops.control import (
+    Action,
+    ControllerState,
+    ControlSettings,
+    Observation,
+    ReasonCode,
+    ServiceModel,
+    batch_distribution,
+    decide,
+    service_window,
+)
+from specops.observation import EstimateStatus
+from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from tests.control.observations import pod_observation
+
+NOW = 10_000.0
+
+
+def _window(pods, failures=(), k=3, **kwargs):
+    return service_window(
+        pods, failures, window_s=300.0, configured_k=k, now=NOW, pods_ready=True, **kwargs
+    )
+
+
+def test_a_bucketed_histogram_becomes_an_even_spread_up_to_the_largest_value() -> None:
+    running = pod_observation("a", at=NOW, running=[0, 0, 3, 3, 10, 10]).windows[0].load.running
+    assert running is not None
+    load = batch_distribution(running)
+    assert load is not None
+    # 3 lies in (2, 4]: half on 3, half on 4; 10 in (8, 12] but nothing above 10 was seen
+    assert dict(load.weights) == pytest.approx({3: 0.25, 4: 0.25, 9: 0.25, 10: 0.25})
+    assert load.samples == 4  # the idle samples are not load
+
+
+def test_an_idle_window_has_no_load() -> None:
+    running = pod_observation("a", at=NOW, running=[0, 0, 0]).windows[0].load.running
+    assert running is not None
+    assert batch_distribution(running) is None
+
+
+def test_counters_add_up_and_loads_mix_by_samples() -> None:
+    a = pod_observation("a", at=NOW, running=[4] * 30, alpha=0.8, drafts=30_000)
+    b = pod_observation("b", at=NOW - 5, running=[1] * 10, alpha=0.4, drafts=10_000)
+    window = _window([a, b])
+    assert window.available and window.reason == "Measured"
+    assert window.pods_measured == 2
+    observation = window.observation
+    assert observation.num_drafts == 40_000
+    assert observation.accepted_per_position[0] == pytest.approx(0.8 * 30_000 + 0.4 * 10_000)
+    assert observation.window_end == NOW - 5  # the oldest pod's reading dates the window
+    assert observation.load is not None
+    assert dict(observation.load.weights) == pytest.approx({1: 0.25, 3: 0.375, 4: 0.375})
+    assert observation.load.samples == 40
+    assert window.concurrency == pytest.approx((4 * 30 + 1 * 10) / 40)
+    assert window.acceptance_length == pytest.approx(
+        1 + sum(observation.accepted_per_position) / 40_000
+    )
+
+
+def test_a_pod_on_another_k_or_without_fresh_data_is_left_out_and_named() -> None:
+    fresh = pod_observation("a", at=NOW, running=[4] * 20)
+    other_k = pod_observation("b", at=NOW, running=[4] * 20, k=5)
+    stale = pod_observation("c", at=NOW - 600, running=[4] * 20, status=EstimateStatus.STALE)
+    window = _window([fresh, other_k, stale], ["d: cannot reach http://10.0.0.4:9090"])
+    assert window.available
+    assert window.observation.num_drafts == 50_000
+    assert "1 of 4 pods" in window.message
+    for name in ("b: runs k=5", "c: estimates stale", "d: cannot reach"):
+        assert name in window.message
+
+
+@pytest.mark.parametrize(
+    ("pods", "failures", "reason"),
+    [
+        ([], ["a: cannot reach http://10.0.0.1:9090"], "NoObservations"),
+        (
+            [pod_observation("a", at=NOW - 600, running=[4], status=EstimateStatus.STALE)],
+            [],
+            "MetricsStale",
+        ),
+        (
+            [pod_observation("a", at=NOW, running=[4], status=EstimateStatus.UNKNOWN)],
+            [],
+            "NoData",
+        ),
+    ],
+)
+def test_nothing_usable_is_said_and_withheld(pods, failures, reason) -> None:
+    window = _window(pods, failures)
+    assert not window.available
+    assert window.reason == reason
+    assert window.observation.problem
+    cost = StepCostModel(0.01, 0.001, 0.0, 0.0, DraftCost())
+    decision = decide(
+        ControllerState.initial(SpecConfig.static(3)),
+        window.observation,
+        ServiceModel("eagle3", cost),
+        ControlSettings(),
+        NOW,
+    )
+    assert decision.action is Action.WITHHOLD
+    assert decision.code is ReasonCode.METRICS_UNAVAILABLE
+    assert decision.config == SpecConfig.static(3)
+
+
+def test_context_comes_from_kv_use_over_running_requests() -> None:
+    pod = pod_observation("a", at=NOW, running=[8] * 20, kv_usage=0.4)
+    window = _window([pod], kv_capacity_tokens=400_000, default_context_tokens=1024.0)
+    assert window.observation.context_tokens == pytest.approx(0.4 * 400_000 / 8)
+    assert _window([pod]).observation.context_tokens == 1024.0
+
+
+def test_speculation_off_has_load_and_no_acceptance() -> None:
+    window = _window([pod_observation("a", at=NOW, running=[64] * 20, k=0)], k=0)
+    assert window.available
+    assert window.observation.num_drafts == 0
+    assert window.observation.accepted_per_position == ()
+    load = window.observation.load
+    assert load is not None and load.samples == 20
+    assert (load.weights[0][0], load.max_batch) == (49, 64)  # the bucket (48, 64]
+
+
+def test_without_a_cost_model_the_loop_only_follows_rollouts() -> None:
+    observation = Observation(
+        window_end=NOW,
+        load=BatchDistribution.constant(4),
+        context_tokens=0,
+        num_drafts=0,
+        accepted_per_position=(),
+    )
+    state = ControllerState.initial(SpecConfig.static(3))
+    decision = decide(state, observation, None, ControlSettings(), NOW)
+    assert (decision.action, decision.code) == (Action.WITHHOLD, ReasonCode.NO_COST_MODEL)
