@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from specops.api._rules import CrdModel, Rule
+from specops.profiles import profile_names
 from specops.vllm import (
     DYNAMIC_SCHEDULE_METHODS,
     METHODS_NEEDING_DRAFT_MODEL,
@@ -27,8 +28,11 @@ __all__ = [
     "PLURAL",
     "VERSION",
     "BatchSizeRange",
+    "BatchWeight",
     "Condition",
     "ConditionType",
+    "ControllerStatus",
+    "CrossoverStatus",
     "Decision",
     "EngineSpec",
     "EnvVar",
@@ -37,8 +41,11 @@ __all__ = [
     "ModelCacheSpec",
     "ObjectMeta",
     "PolicySpec",
+    "RegimeStatus",
     "ResourceRequirements",
+    "RolloutStatus",
     "SecretKeyRef",
+    "SpeculationChoice",
     "SpeculationMode",
     "SpeculationSpec",
     "SpeculativeConfigStatus",
@@ -335,6 +342,7 @@ def _overlap(a: BatchSizeRange, b: BatchSizeRange) -> bool:
     return a.min_batch_size <= b.max_batch_size and a.max_batch_size >= b.min_batch_size
 
 
+_PROFILES = _quoted(profile_names())
 _NEEDS_DRAFT = _quoted(METHODS_NEEDING_DRAFT_MODEL)
 _REFUSES_DRAFT = _quoted(METHODS_REFUSING_DRAFT_MODEL)
 _NGRAM = ("ngram", "ngram_gpu")
@@ -524,6 +532,15 @@ class PolicySpec(CrdModel):
             holds=lambda p: p.min_dwell_seconds >= p.evaluation_window_seconds,
             field_path=".minDwellSeconds",
         ),
+        Rule(
+            cel=f"!has(self.performanceProfile) || self.performanceProfile in {_PROFILES}",
+            message="spec.policy.performanceProfile must name a known profile, one of "
+            + ", ".join(profile_names()),
+            holds=lambda p: (
+                p.performance_profile is None or p.performance_profile in profile_names()
+            ),
+            field_path=".performanceProfile",
+        ),
     )
 
     objective: Literal["Throughput", "Latency", "Goodput"] = "Throughput"
@@ -538,6 +555,14 @@ class PolicySpec(CrdModel):
     """Least time between two reconfigurations."""
     max_reconfigurations_per_hour: int = Field(default=4, ge=0, le=60)
     """Cap on reconfigurations in any hour; 0 never reconfigures."""
+    performance_profile: Annotated[str, StringConstraints(max_length=128)] | None = None
+    """Step-cost profile the predictions start from; unset picks the one of spec.model."""
+    restart_cost_seconds: int = Field(default=300, ge=0, le=86400)
+    """Estimated seconds of service a restart costs, until rollouts have been measured."""
+    rollout_timeout_seconds: int = Field(default=1800, ge=60, le=86400)
+    """Time new pods get to become Ready before the previous config is restored."""
+    rollback_cooldown_seconds: int = Field(default=3600, ge=0, le=604800)
+    """After a rollback, how long the restored config is kept before trying again."""
 
 
 class MetricsSpec(CrdModel):
@@ -675,21 +700,115 @@ class Measurements(CrdModel):
     """Estimated concurrency above which the current k stops paying off."""
 
 
+class CrossoverStatus(CrdModel):
+    """Where k draft tokens stop paying: the smallest batch with TPOT(k) >= TPOT(0)."""
+
+    k: int = Field(ge=1, le=32)
+    """Draft tokens per step."""
+    batch_size: int | None = Field(default=None, ge=1, le=65536)
+    """Crossover batch size; unset when k beats no speculation at every batch size."""
+
+
 class Decision(CrdModel):
     """The control loop's last decision and why."""
 
     time: Timestamp
     """When the decision was taken."""
-    action: Literal["Keep", "Reconfigure", "Disable", "Enable", "Rollback"]
-    """What was decided."""
+    action: Literal["Keep", "Reconfigure", "Rollback", "Withhold"]
+    """Keep: nothing better pays for a restart; Withhold: a change is held back by a rule."""
+    reason_code: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """Short fixed code of the reason (e.g. GainPaysRestart, MinDwell, MetricsUnavailable)."""
     reason: Annotated[str, StringConstraints(max_length=4096)]
     """Why, in words."""
     predicted_gain_percent: float | None = None
     """Predicted gain of the chosen config over the current one, in percent."""
+    gain_seconds: float | None = None
+    """Predicted gain over the expected load regime, in seconds of full service."""
+    restart_cost_seconds: float | None = Field(default=None, ge=0)
+    """Seconds of service a restart is expected to cost (measured rollouts, else the estimate)."""
+    crossovers: list[CrossoverStatus] = Field(default=[], max_length=32)
+    """Crossover batch size of each candidate k, from the measured acceptance."""
     applied: bool = False
     """Whether the pods were changed (false in mode Advise)."""
     recommended: SpeculativeConfigStatus | None = None
     """The configuration decided on."""
+
+
+class SpeculationChoice(CrdModel):
+    """A speculative configuration as the controller tracks it: k and an optional table."""
+
+    num_speculative_tokens: int = Field(ge=0, le=32)
+    """k, the cap with a table; 0 is speculation off."""
+    schedule: list[BatchSizeRange] | None = Field(default=None, max_length=64)
+    """vLLM's per-batch-size table, when in use."""
+
+
+class RolloutStatus(CrdModel):
+    """A reconfiguration whose new pods are not all Ready yet."""
+
+    target: SpeculationChoice
+    """The configuration being rolled out."""
+    previous: SpeculationChoice
+    """The last good configuration, restored if the rollout fails."""
+    started_at: Timestamp
+    """When the rollout began."""
+
+
+class BatchWeight(CrdModel):
+    """A run of batch sizes that each carry the same share of the time."""
+
+    min_batch_size: int = Field(ge=1, le=65536)
+    """First batch size of the run."""
+    max_batch_size: int = Field(ge=1, le=65536)
+    """Last batch size of the run (inclusive)."""
+    weight: float = Field(ge=0, le=1)
+    """Share of the busy time at each batch size of the run."""
+
+
+class RegimeStatus(CrdModel):
+    """The current load regime: its averaged load and acceptance, and since when."""
+
+    load: list[BatchWeight] = Field(max_length=1024)
+    """Averaged distribution of running requests per engine."""
+    load_samples: int = Field(default=0, ge=0)
+    """Busy samples behind the load distribution."""
+    acceptance_per_position: list[float] | None = Field(default=None, max_length=32)
+    """Averaged per-position acceptance, when measured."""
+    drafts: float = Field(default=0.0, ge=0)
+    """Drafts behind the averaged acceptance."""
+    started_at: Timestamp
+    """When the regime began."""
+    windows: int = Field(default=1, ge=1)
+    """Measurement windows folded into the regime."""
+    doubted_since: Timestamp | None = None
+    """First window that disagreed with the regime, while unconfirmed."""
+    doubts: int = Field(default=0, ge=0)
+    """Disagreeing windows in a row."""
+
+
+class ControllerStatus(CrdModel):
+    """What the control loop remembers between decisions, so a restarted operator resumes."""
+
+    config: SpeculationChoice
+    """The configuration the controller holds the pods to."""
+    last_good: SpeculationChoice
+    """The last configuration whose pods all became Ready."""
+    rollout: RolloutStatus | None = None
+    """The rollout in progress, if any."""
+    changes: list[Timestamp] = Field(default=[], max_length=64)
+    """Times of the reconfigurations of the past hour."""
+    last_change_at: Timestamp | None = None
+    """Time of the last reconfiguration or rollback."""
+    rollout_durations_seconds: list[float] = Field(default=[], max_length=8)
+    """Measured durations of the latest completed rollouts (the restart cost)."""
+    cooldown_until: Timestamp | None = None
+    """No reconfiguration before this time (after a rollback)."""
+    regime: RegimeStatus | None = None
+    """The current load regime."""
+    acceptance_per_position: list[float] | None = Field(default=None, max_length=32)
+    """Latest trusted per-position acceptance (kept while speculation is off)."""
+    acceptance_drafts: float = Field(default=0.0, ge=0)
+    """Drafts behind that acceptance."""
 
 
 class SpeculativeServiceStatus(CrdModel):
@@ -715,6 +834,8 @@ class SpeculativeServiceStatus(CrdModel):
     """Latest measurements of the control loop."""
     last_decision: Decision | None = None
     """Latest decision of the control loop."""
+    controller: ControllerStatus | None = None
+    """The control loop's memory (rollout, recent changes, load regime)."""
 
 
 class ObjectMeta(BaseModel):
