@@ -22,6 +22,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "alerts": "specops.alerts._cli:alerts",
     "sidecar": "specops_sidecar._cli:sidecar",
     "podrunner": "specops.podrunner._cli:podrunner",
+    "demo": "specops.demo._cli:demo",
 }
 
 

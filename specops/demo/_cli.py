@@ -1,0 +1,127 @@
+"""``specops demo``: the whole loop on this machine, with a live view and a report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specops.demo._plan import DemoOptions
+from specops.errors import SpecopsError
+
+__all__ = ["demo"]
+
+_DEFAULTS = DemoOptions()
+
+
+@click.command("demo")
+@click.option(
+    "--minutes",
+    default=_DEFAULTS.minutes,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="Length of the compressed day of load.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=_DEFAULTS.out_dir,
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where report.md, the PNG plots and the logs go.",
+)
+@click.option(
+    "--use-current-context",
+    is_flag=True,
+    help="Use the cluster of the current kubeconfig (KUBECONFIG, else ~/.kube/config)"
+    " instead of starting a local control plane; it needs fake GPU nodes (kwok) for the"
+    " pod runner to run the pods.",
+)
+@click.option(
+    "--trace",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A load trace in the format of bench/traces/*.yaml [default: the built-in day].",
+)
+@click.option("--namespace", default=_DEFAULTS.namespace, show_default=True)
+@click.option("--profile", default=_DEFAULTS.profile, show_default=True, help="Sim profile.")
+@click.option("--workload", default=_DEFAULTS.workload, show_default=True, help="Sim workload.")
+@click.option(
+    "--startup-delay",
+    default=_DEFAULTS.startup_delay_s,
+    show_default=True,
+    type=click.FloatRange(min=0.0),
+    help="Seconds each simulated engine takes to 'load the model' after a restart.",
+)
+@click.option(
+    "--window",
+    default=_DEFAULTS.window_s,
+    show_default=True,
+    type=click.IntRange(min=30),
+    help="The controller's measurement window, seconds.",
+)
+@click.option(
+    "--dwell",
+    default=_DEFAULTS.dwell_s,
+    show_default=True,
+    type=click.IntRange(min=30),
+    help="Least seconds between two reconfigurations (at least --window).",
+)
+@click.option(
+    "--refresh",
+    default=_DEFAULTS.refresh_s,
+    show_default=True,
+    type=click.FloatRange(min=0.5),
+    help="Seconds between refreshes of the live table.",
+)
+def demo(
+    minutes: float,
+    out_dir: Path,
+    use_current_context: bool,
+    trace: Path | None,
+    namespace: str,
+    profile: str,
+    workload: str,
+    startup_delay: float,
+    window: int,
+    dwell: int,
+    refresh: float,
+) -> None:
+    """Run the whole specops loop here and write a report.
+
+    Brings up a local Kubernetes control plane (built from source on the first run, about
+    7 minutes; cached afterwards), installs the chart, runs the operator with the chart's
+    RBAC identity and simulated vLLM pods, applies an example SpeculativeService, drives a
+    compressed day of load while showing what the controller sees and decides, and writes
+    report.md with PNG plots: the decisions, and TPOT and throughput against no
+    speculation and a static k (those two simulated). Every process it starts is stopped
+    on exit, on Ctrl-C and on failure.
+    """
+    from rich.console import Console
+
+    from specops.demo._run import run_demo
+
+    if dwell < window:
+        raise click.BadParameter(f"must be at least --window ({window})", param_hint="--dwell")
+    options = DemoOptions(
+        minutes=minutes,
+        out_dir=out_dir,
+        use_current_context=use_current_context,
+        trace=trace,
+        namespace=namespace,
+        profile=profile,
+        workload=workload,
+        startup_delay_s=startup_delay,
+        window_s=window,
+        dwell_s=dwell,
+        refresh_s=refresh,
+    )
+    console = Console()
+    try:
+        report = run_demo(options, console)
+    except SpecopsError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        console.print("interrupted; everything the demo started has been stopped")
+        raise SystemExit(130) from None
+    console.print(report.read_text())
+    console.print(f"report: {report}")

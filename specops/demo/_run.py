@@ -1,0 +1,255 @@
+"""``specops demo`` end to end: announce the plan, bring the stack up step by step, drive the
+day while showing what the controller sees, replay the baselines, write the report.
+
+Every process and object the demo starts is registered on one exit stack right after it
+starts, so a failure, Ctrl-C or the normal end stops them all, newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.live import Live
+
+from specops.bench import LoadTrace
+from specops.cluster import CacheLayout, ClusterOptions, Versions, running_cluster
+from specops.demo._baselines import replay_baselines
+from specops.demo._cluster import ClusterView, engine_figures
+from specops.demo._errors import DemoError
+from specops.demo._load import ConcurrencyDriver
+from specops.demo._plan import DemoOptions, Step, demo_service, plan_steps
+from specops.demo._report import RunRecord, markdown, plot
+from specops.demo._snapshot import Snapshot, take_snapshot
+from specops.demo._table import render_table, summary_line
+from specops.demo._trace import concurrency_at, load_demo_trace, segment_at
+from specops.localstack import (
+    OperatorProcess,
+    PodRunnerProcess,
+    installed_chart,
+    operator_kubeconfig,
+)
+
+__all__ = ["EXAMPLE", "run_demo"]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+_READY_TIMEOUT_S = 180.0
+
+
+class _Steps:
+    """Announces each step as it starts and keeps how long it took."""
+
+    def __init__(self, steps: tuple[Step, ...], console: Console) -> None:
+        self._steps = {s.key: (i + 1, s) for i, s in enumerate(steps)}
+        self._total = len(steps)
+        self._console = console
+        self.timings: list[tuple[str, float]] = []
+
+    @contextmanager
+    def __call__(self, key: str) -> Iterator[None]:
+        number, step = self._steps[key]
+        self._console.rule(f"[bold][{number}/{self._total}] {step.title}")
+        self._console.print(step.detail, style="dim")
+        started = time.monotonic()
+        yield
+        took = time.monotonic() - started
+        self.timings.append((step.title, took))
+        self._console.print(f"done in {took:.1f} s", style="green")
+
+
+def _kubeconfig_of_current_context() -> Path:
+    path = Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config")
+    path = path.expanduser()
+    if not path.is_file():
+        raise DemoError(f"--use-current-context: no kubeconfig at {path} (set KUBECONFIG)")
+    return path
+
+
+def _cached(layout: CacheLayout, versions: Versions) -> bool:
+    return all(
+        (folder / "build.json").is_file()
+        for folder in (layout.kubernetes(versions.kubernetes), layout.kwok(versions.kwok))
+    )
+
+
+def _wait(done: Any, what: str, log: Path) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while not done():
+        if time.monotonic() > deadline:
+            raise DemoError(
+                f"timed out after {_READY_TIMEOUT_S:.0f} s waiting for {what} (see {log})"
+            )
+        time.sleep(0.5)
+
+
+def _observe(
+    view: ClusterView, runner: PodRunnerProcess, trace: LoadTrace, driver: ConcurrencyDriver
+) -> Snapshot:
+    elapsed = driver.elapsed()
+    index = segment_at(trace, elapsed)
+    pods = runner.state().service_pods(view.namespace, view.name)
+    return take_snapshot(
+        elapsed_s=elapsed,
+        duration_s=trace.duration_s,
+        phase=trace.segments[index].name(index),
+        load=driver.counts(),
+        service=view.service(),
+        deployment=view.deployment(),
+        engines=[p.speculative_config for p in pods if p.ready],
+    )
+
+
+async def _drive(
+    view: ClusterView,
+    runner: PodRunnerProcess,
+    trace: LoadTrace,
+    url: str,
+    model: str,
+    options: DemoOptions,
+    console: Console,
+) -> tuple[list[Snapshot], ConcurrencyDriver]:
+    driver = ConcurrencyDriver(url, model, lambda t: concurrency_at(trace, t))
+    load = asyncio.create_task(driver.run(trace.duration_s))
+    snapshots: list[Snapshot] = []
+    live = Live(console=console, refresh_per_second=2) if console.is_terminal else None
+    try:
+        with live or nullcontext():
+            while not load.done():
+                snapshot = await asyncio.to_thread(_observe, view, runner, trace, driver)
+                snapshots.append(snapshot)
+                if live is not None:
+                    live.update(render_table(snapshot))
+                else:
+                    console.print(summary_line(snapshot), highlight=False)
+                await asyncio.wait([load], timeout=options.refresh_s)
+        await load
+    finally:
+        load.cancel()
+    return snapshots, driver
+
+
+def run_demo(options: DemoOptions, console: Console) -> Path:
+    """Run the whole demo; returns the report's path."""
+    trace = load_demo_trace(options.trace, options.minutes)
+    example: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    speculation = example["spec"]["speculation"]["numSpeculativeTokens"]
+    layout, versions = CacheLayout.from_env(), Versions()
+    steps = _Steps(
+        plan_steps(
+            options,
+            trace,
+            cached=_cached(layout, versions),
+            cache_dir=layout.root,
+            initial_k=int(speculation["initial"]),
+        ),
+        console,
+    )
+    out = options.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(f"specops demo: the whole loop on this machine; output in {out}/")
+    with ExitStack() as stack:
+        with steps("cluster"):
+            if options.use_current_context:
+                kubeconfig = _kubeconfig_of_current_context()
+            else:
+                cluster = running_cluster(
+                    ClusterOptions(name=f"demo-{os.getpid()}"),
+                    layout=layout,
+                    progress=lambda m: console.print(m, style="dim", highlight=False),
+                )
+                kubeconfig = stack.enter_context(cluster).kubeconfig
+        with steps("chart"):
+            release = stack.enter_context(
+                installed_chart(
+                    kubeconfig, values={"operator": {"clusterWide": True}}, operator_replicas=0
+                )
+            )
+        with steps("operator"):
+            identity = operator_kubeconfig(kubeconfig, release, out / "operator.kubeconfig")
+            operator = OperatorProcess(identity, out / "logs" / "operator.log")
+            stack.callback(operator.stop)
+            operator.start()
+        with steps("podrunner"):
+            runner = PodRunnerProcess(
+                kubeconfig,
+                out / "podrunner",
+                profile=options.profile,
+                workload=options.workload,
+                startup_delay_s=options.startup_delay_s,
+            )
+            stack.callback(runner.stop)
+            prometheus = runner.start()
+        with steps("service"):
+            service = demo_service(example, options, prometheus)
+            (out / "service.yaml").write_text(yaml.safe_dump(service, sort_keys=False))
+            name = service["metadata"]["name"]
+            view = ClusterView(kubeconfig, options.namespace, name)
+            stack.callback(view.close)
+            stack.enter_context(view.applied(service, clean_up=options.use_current_context))
+            log = runner.process.log
+
+            def serving() -> bool:
+                state = runner.state()
+                pods = state.service_pods(options.namespace, name)
+                return (
+                    bool(pods)
+                    and all(p.ready for p in pods)
+                    and bool(state.service_url(options.namespace, name))
+                )
+
+            _wait(serving, f"the pods of {name} to run and answer", log)
+        with steps("load"):
+            url = runner.state().service_url(options.namespace, name)
+            assert url is not None
+            model = str(service["spec"].get("servedModelName") or service["spec"]["model"])
+            started = time.time()
+            snapshots, driver = asyncio.run(
+                _drive(view, runner, trace, url, model, options, console)
+            )
+            events = view.events()
+            measured = engine_figures(
+                prometheus,
+                options.namespace,
+                started,
+                time.time(),
+                driver.completed,
+                driver.failed,
+            )
+            if driver.last_error:
+                console.print(f"last failed request: {driver.last_error}", style="yellow")
+    console.print("stopped the operator, the pod runner, Prometheus and the cluster")
+    with steps("baselines"):
+        baselines = replay_baselines(
+            trace,
+            options,
+            static_k=int(speculation["initial"]),
+            k_max=int(speculation["max"]),
+            max_num_seqs=int(example["spec"]["engine"]["maxNumSeqs"]),
+            progress=lambda m: console.print(m, style="dim"),
+        )
+    with steps("report"):
+        record = RunRecord(
+            trace=trace,
+            snapshots=tuple(snapshots),
+            events=events,
+            measured=measured,
+            baselines=baselines,
+            timings=tuple(steps.timings),
+            service=f"{options.namespace}/{name}",
+        )
+        plots = plot(record, out)
+        report = out / "report.md"
+        report.write_text(markdown(record, plots))
+        (out / "snapshots.json").write_text(
+            json.dumps([asdict(s) for s in snapshots], indent=1) + "\n"
+        )
+    return report

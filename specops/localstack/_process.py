@@ -1,0 +1,156 @@
+"""Local processes of the stack (the operator, the pod runner): started in a session of their
+own so a Ctrl-C reaches only their owner, tied to it so they never outlive it, waited for
+until they answer, and stopped with SIGTERM, then SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+from specops.cluster._process import free_ports, spawn
+from specops.localstack._errors import LocalStackError
+from specops.podrunner import RunnerState, read_state
+
+__all__ = ["LocalProcess", "OperatorProcess", "PodRunnerProcess", "specops_executable"]
+
+_LOG_TAIL = 3000
+
+
+def specops_executable() -> str:
+    """The ``specops`` entry point next to this Python (the project's virtual environment)."""
+    return str(Path(sys.executable).with_name("specops"))
+
+
+class LocalProcess:
+    """One named process with its log; ``start`` waits until ``ready`` holds."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.name = name
+        self.argv = tuple(argv)
+        self.log = log
+        self._env = env
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-_LOG_TAIL:]
+        except OSError:
+            return "(no log)"
+
+    def start(self, ready: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        env_argv: tuple[str, ...] = ()
+        if self._env:
+            env_argv = ("env", *(f"{k}={v}" for k, v in self._env.items()))
+        self._proc = proc = spawn((*env_argv, *self.argv), self.log, tie_to_parent=True)
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                code = proc.poll()
+                self.stop()
+                why = f"exited with status {code}" if code is not None else "did not come up"
+                raise LocalStackError(
+                    f"{self.name} {why} within {timeout_s:.0f} s; its log {self.log} ends with:\n"
+                    f"{self.tail()}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM, SIGKILL after ``grace_s``; safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class OperatorProcess:
+    """``specops operator`` acting as the identity in ``kubeconfig`` (e.g. the chart's
+    ServiceAccount), with its liveness endpoint on a free loopback port."""
+
+    def __init__(self, kubeconfig: Path, log: Path, extra_args: Sequence[str] = ()) -> None:
+        (port,) = free_ports(1)
+        self.health = f"http://127.0.0.1:{port}/healthz"
+        argv = (specops_executable(), "operator", "--metrics-port=0", f"--liveness={self.health}")
+        self.process = LocalProcess(
+            "the operator", (*argv, *extra_args), log, {"KUBECONFIG": str(kubeconfig)}
+        )
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start it and wait until its liveness endpoint answers."""
+        self.process.start(lambda: _answers(self.health), timeout_s)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class PodRunnerProcess:
+    """``specops podrunner`` with Prometheus, and the state file it keeps."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        work_dir: Path,
+        *,
+        profile: str,
+        workload: str,
+        startup_delay_s: float,
+        scrape_interval_s: float = 2.0,
+        poll_interval_s: float = 0.5,
+    ) -> None:
+        self.work_dir = work_dir
+        argv = (
+            specops_executable(),
+            "podrunner",
+            f"--kubeconfig={kubeconfig}",
+            f"--work-dir={work_dir}",
+            f"--profile={profile}",
+            f"--workload={workload}",
+            f"--startup-delay={startup_delay_s}",
+            "--prometheus",
+            f"--scrape-interval={scrape_interval_s}",
+            f"--poll-interval={poll_interval_s}",
+        )
+        self.process = LocalProcess("the pod runner", argv, work_dir / "runner.log")
+
+    @property
+    def state_file(self) -> Path:
+        return self.work_dir / "state.json"
+
+    def state(self) -> RunnerState:
+        """What the runner last wrote (empty before its first write)."""
+        return read_state(self.state_file) if self.state_file.exists() else RunnerState()
+
+    def start(self, timeout_s: float = 60.0) -> str:
+        """Start it and wait for its Prometheus; returns Prometheus's URL."""
+        os.makedirs(self.work_dir, exist_ok=True)
+        self.process.start(lambda: self.state().prometheus_url is not None, timeout_s)
+        url = self.state().prometheus_url
+        assert url is not None
+        return url
+
+    def stop(self) -> None:
+        self.process.stop(grace_s=60.0)
