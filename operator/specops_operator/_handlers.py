@@ -7,11 +7,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
+import httpx
 import kopf
 
 from specops.api import GROUP, PLURAL, VERSION
-from specops.errors import SpecValidationError
+from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
+from specops_operator._control import ControlOptions, control_tick
+from specops_operator._fetch import Observer
 from specops_operator._kube import Kube, KubeApiError
 from specops_operator._metrics import RECONCILE_SECONDS, RECONCILES
 from specops_operator._reconcile import reconcile
@@ -29,6 +32,15 @@ def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> No
         memo.kube = Kube.from_environment()
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
+    if getattr(memo, "control", None) is None:
+        memo.control = ControlOptions(source=Observer(httpx.AsyncClient(timeout=5.0)))
+
+
+@kopf.on.cleanup()
+async def _close(memo: kopf.Memo, **_: Any) -> None:
+    source = memo.control.source
+    if isinstance(source, Observer):
+        await source.client.aclose()
 
 
 def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
@@ -75,3 +87,26 @@ def owned_deployment_changed(
     parent = memo.kube.get_service(namespace or "default", labels["specops.io/service"])
     if parent is not None:
         _sync(parent, memo)
+
+
+def _post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
+
+
+@kopf.daemon(*_SERVICE, cancellation_timeout=10)
+async def control_loop(
+    namespace: str | None, name: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
+    """The slow loop of one SpeculativeService: a decision every evaluation window."""
+    options: ControlOptions = memo.control
+    log = logging.getLogger("specops.control")
+    await stopped.wait(options.initial_delay_s)
+    while not stopped:
+        try:
+            wait = await control_tick(
+                memo.kube, namespace or "default", name or "", options, memo.options, _post
+            )
+        except SpecopsError as exc:
+            log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
+            wait = options.retry_s
+        await stopped.wait(max(wait, 0.05))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from typing import Any, cast
 
 import kubernetes
@@ -115,6 +116,14 @@ class Kube:
             "metadata": {"namespace": namespace, "name": name},
         }
         return self.get(ref)
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        """Pods of ``namespace`` carrying every label of ``selector``."""
+        query = urllib.parse.urlencode(
+            {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))}
+        )
+        found = self._call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")
+        return list(found.get("items") or [])
 
     def patch_status(self, service: Obj, status: Obj) -> Obj:
         """Merge-patch the status subresource of a SpeculativeService."""

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["CHILD_WRITES", "RECONCILES", "RECONCILE_SECONDS"]
+__all__ = [
+    "CHILD_WRITES",
+    "CROSSOVER_BATCH_SIZE",
+    "DECISIONS",
+    "MODE",
+    "PREDICTED_GAIN",
+    "RECONCILES",
+    "RECONCILE_SECONDS",
+    "RECONFIGURATIONS",
+    "ROLLBACKS",
+    "SPECULATIVE_TOKENS",
+]
+
+_SERVICE = ["namespace", "service"]
 
 RECONCILES = Counter(
     "specops_operator_reconciles",
@@ -19,4 +32,41 @@ CHILD_WRITES = Counter(
 RECONCILE_SECONDS = Histogram(
     "specops_operator_reconcile_duration_seconds",
     "Time to reconcile one SpeculativeService.",
+)
+
+# The control loop (labels namespace and service name the SpeculativeService).
+DECISIONS = Counter(
+    "specops_decisions",
+    "Decisions of the control loop, taken or withheld, by action and reason code.",
+    [*_SERVICE, "action", "reason"],
+)
+MODE = Gauge(
+    "specops_mode",
+    "Speculation mode of each SpeculativeService: 1 for the active mode, 0 for the others.",
+    [*_SERVICE, "mode"],
+)
+SPECULATIVE_TOKENS = Gauge(
+    "specops_speculative_tokens",
+    "num_speculative_tokens in force (the cap, with a per-batch-size table); 0 is off.",
+    _SERVICE,
+)
+PREDICTED_GAIN = Gauge(
+    "specops_predicted_gain_ratio",
+    "Predicted gain of the recommended config over the one in force, as a fraction.",
+    _SERVICE,
+)
+CROSSOVER_BATCH_SIZE = Gauge(
+    "specops_crossover_batch_size",
+    "Smallest batch size at which k draft tokens stop paying (absent: never, up to the limit).",
+    [*_SERVICE, "k"],
+)
+RECONFIGURATIONS = Counter(
+    "specops_reconfigurations",
+    "Speculative configs applied by the control loop (each restarts the pods).",
+    _SERVICE,
+)
+ROLLBACKS = Counter(
+    "specops_rollbacks",
+    "Rollouts rolled back to the last good config because new pods did not become Ready.",
+    _SERVICE,
 )

@@ -7,57 +7,23 @@ garbage-collect, so cascade deletion is checked through the owner references it 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import kopf
-import kubernetes
 import pytest
-import yaml
+
+from tests.operator.kmock_env import (
+    DEPLOY_PATH,
+    SVC_PATH,
+    eventually,
+    live,
+    run_operator,
+    service_body,
+)
 
 pytestmark = pytest.mark.integration
-
-NS = "ml"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
-SVC_PATH = f"/apis/specops.io/v1alpha1/namespaces/{NS}/speculativeservices"
-DEPLOY_PATH = f"/apis/apps/v1/namespaces/{NS}/deployments"
-RESOURCES = {
-    "specops.io/v1alpha1/speculativeservices": "SpeculativeService",
-    "apps/v1/deployments": "Deployment",
-    "v1/services": "Service",
-    "policy/v1/poddisruptionbudgets": "PodDisruptionBudget",
-    "v1/events": "Event",
-    # kopf watches these to notice new resources and namespaces.
-    "apiextensions.k8s.io/v1/customresourcedefinitions": "CustomResourceDefinition",
-    "v1/namespaces": "Namespace",
-}
-CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace"}
-
-
-def _service() -> dict[str, Any]:
-    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    body["metadata"].update(namespace=NS, uid="uid-llama-1", generation=1, resourceVersion="1")
-    return body
-
-
-async def _eventually(check: Callable[[], bool], what: str) -> None:
-    """Poll until ``check`` holds; the deadline only stops a hung test, it is not a speed target."""
-    for _ in range(600):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
-
-
-def _live(kmock: Any, resource: str, name: str) -> dict[str, Any] | None:
-    for (res, namespace, obj_name), obj in kmock.objects.items():
-        key = f"{res.group}/{res.version}/{res.plural}".lstrip("/")
-        if key == resource and namespace == NS and obj_name == name and not obj.deleted:
-            return dict(obj.raw)
-    return None
 
 
 def _writes(kmock: Any) -> list[str]:
@@ -82,59 +48,27 @@ def _reconciles(kmock: Any) -> int:
 async def operator(
     kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Any]:
-    for resource, kind in RESOURCES.items():
-        kmock.resources[resource] = kmock.ResourceInfo(
-            kind=kind,
-            namespaced=kind not in CLUSTER_SCOPED,
-            verbs={"get", "list", "watch", "create", "patch", "update", "delete"},
-            subresources={"status"} if kind == "SpeculativeService" else set(),
-        )
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "users": [{"name": "kmock", "user": {"token": "test"}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
-        "current-context": "kmock",
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    # The client library (kopf logs in through it) read KUBECONFIG when it was imported.
-    monkeypatch.setattr(
-        kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "kubeconfig")
-    )
-
-    import specops_operator._handlers  # noqa: F401  (registers the handlers)
-
-    stop = asyncio.Event()
-    task = asyncio.create_task(kopf.operator(clusterwide=True, standalone=True, stop_flag=stop))
-    try:
-        yield kmock
-    finally:
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=30)
+    async with run_operator(kmock, tmp_path, monkeypatch) as running:
+        yield running
 
 
 async def test_operator_creates_children_reports_status_and_reverts_drift(operator: Any) -> None:
     kmock = operator
-    body = _service()
+    body = service_body()
     async with kmock.post(SVC_PATH, json=body) as response:
         assert response.status in (200, 201)
 
-    await _eventually(
-        lambda: _live(kmock, "apps/v1/deployments", "llama") is not None, "Deployment"
-    )
-    await _eventually(
+    await eventually(lambda: live(kmock, "apps/v1/deployments", "llama") is not None, "Deployment")
+    await eventually(
         lambda: (
-            (_live(kmock, "specops.io/v1alpha1/speculativeservices", "llama") or {})
+            (live(kmock, "specops.io/v1alpha1/speculativeservices", "llama") or {})
             .get("status", {})
             .get("speculativeConfig")
             is not None
         ),
         "status written",
     )
-    deployment = _live(kmock, "apps/v1/deployments", "llama")
+    deployment = live(kmock, "apps/v1/deployments", "llama")
     assert deployment is not None
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     config = args[args.index("--speculative-config") + 1]
@@ -149,7 +83,7 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         ("v1/services", "llama"),
         ("policy/v1/poddisruptionbudgets", "llama-pdb"),
     ):
-        child = _live(kmock, resource, name)
+        child = live(kmock, resource, name)
         assert child is not None, name
         (owner,) = child["metadata"]["ownerReferences"]
         assert (
@@ -157,11 +91,11 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
             and owner["controller"]
             and owner["kind"] == ("SpeculativeService")
         )
-    assert _live(kmock, "monitoring.coreos.com/v1/podmonitors", "llama") is None
+    assert live(kmock, "monitoring.coreos.com/v1/podmonitors", "llama") is None
     events = [obj.raw for (res, _, _), obj in kmock.objects.items() if res.plural == "events"]
     assert any(e.get("reason") == "Created" for e in events), events  # kmock keeps only the first
 
-    service = _live(kmock, "specops.io/v1alpha1/speculativeservices", "llama")
+    service = live(kmock, "specops.io/v1alpha1/speculativeservices", "llama")
     assert service is not None
     status = service["status"]
     conditions = {c["type"]: c for c in status["conditions"]}
@@ -180,7 +114,7 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     assert status["speculativeConfig"]["json"] == config
 
     # Idempotence: an annotation on the parent reconciles again and writes no child.
-    await _eventually(lambda: len(_writes(kmock)) == 3, "three creations")
+    await eventually(lambda: len(_writes(kmock)) == 3, "three creations")
     settled = len(_writes(kmock))
     reconciles_before = _reconciles(kmock)
     async with kmock.patch(
@@ -189,7 +123,7 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         headers={"Content-Type": "application/merge-patch+json"},
     ):
         pass
-    await _eventually(lambda: _reconciles(kmock) > reconciles_before, "a second reconciliation")
+    await eventually(lambda: _reconciles(kmock) > reconciles_before, "a second reconciliation")
     await asyncio.sleep(0.5)
     assert _writes(kmock)[settled:] == []
 
@@ -200,8 +134,8 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         headers={"Content-Type": "application/merge-patch+json"},
     ):
         pass
-    await _eventually(
-        lambda: (_live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["replicas"] == 2,
+    await eventually(
+        lambda: (live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["replicas"] == 2,
         "drift reverted",
     )
 
@@ -214,25 +148,25 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         headers={"Content-Type": "application/merge-patch+json"},
     ):
         pass
-    await _eventually(
+    await eventually(
         lambda: (
             "--speculative-config"
-            not in (_live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["template"]["spec"][
+            not in (live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["template"]["spec"][
                 "containers"
             ][0]["args"]
         ),
         "speculation turned off",
     )
-    await _eventually(
+    await eventually(
         lambda: (
-            (_live(kmock, "specops.io/v1alpha1/speculativeservices", "llama") or {})["status"][
+            (live(kmock, "specops.io/v1alpha1/speculativeservices", "llama") or {})["status"][
                 "observedGeneration"
             ]
             == 2
         ),
         "status of generation 2",
     )
-    service = _live(kmock, "specops.io/v1alpha1/speculativeservices", "llama")
+    service = live(kmock, "specops.io/v1alpha1/speculativeservices", "llama")
     assert service is not None
     conditions = {c["type"]: c for c in service["status"]["conditions"]}
     assert conditions["SpeculationActive"]["status"] == "False"

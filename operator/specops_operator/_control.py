@@ -1,0 +1,343 @@
+"""The slow control loop's shell: measure, restore state, decide, write, report.
+
+One tick for one SpeculativeService reads everything it needs from the API (the object,
+its Deployment, its pods), fetches the pods' observations, restores the controller's
+state from status, calls the pure :func:`specops.control.decide` with ``now`` from an
+injected clock, and writes the outcome: ``status.controller`` (the state),
+``status.lastDecision``, ``status.lastMeasurements``, the ``MetricsAvailable`` condition
+and, when a change is applied in mode Auto, ``status.speculativeConfig`` (source
+Controller), after which it reconciles at once so the Deployment re-renders (a rolling
+update with maxUnavailable 0). Events are posted when the action or reason changes,
+metrics on every decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specops.api import SpeculativeService, SpeculativeServiceSpec, parse_service
+from specops.control import (
+    Action,
+    ControlSettings,
+    Decision,
+    Mode,
+    ServiceModel,
+    decide,
+    service_window,
+)
+from specops.control import ServiceWindow as Window
+from specops.policy import Objective, ObjectiveKind, SpecConfig
+from specops.profiles import PROFILES, PerformanceProfile, get_profile
+from specops.render import (
+    HASH_ANNOTATION,
+    RenderOptions,
+    SpeculationInForce,
+    apply_defaults,
+    plan,
+    selector_labels,
+    speculative_config_status,
+)
+from specops_operator._fetch import ObservationSource, ready_pods
+from specops_operator._kube import Kube
+from specops_operator._metrics import (
+    CROSSOVER_BATCH_SIZE,
+    DECISIONS,
+    MODE,
+    PREDICTED_GAIN,
+    RECONFIGURATIONS,
+    ROLLBACKS,
+    SPECULATIVE_TOKENS,
+)
+from specops_operator._reconcile import reconcile
+from specops_operator._state import (
+    config_in_force,
+    restore_state,
+    save_state,
+    timestamp,
+    unix_time,
+)
+
+__all__ = [
+    "ControlOptions",
+    "PostEvent",
+    "control_settings",
+    "control_tick",
+    "decision_status",
+    "deployment_ready",
+    "performance_profile",
+]
+
+log = logging.getLogger("specops.control")
+
+Obj = dict[str, Any]
+# (type "Normal" or "Warning", reason, message)
+PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
+_MODES = tuple(m.value for m in Mode)
+
+
+@dataclass(frozen=True)
+class ControlOptions:
+    """Operator-wide settings of the loop; ``period_s`` overrides each spec's window."""
+
+    source: ObservationSource
+    clock: Callable[[], float] = field(default=time.time)
+    period_s: float | None = None
+    initial_delay_s: float = 30.0
+    rollout_poll_s: float = 15.0
+    retry_s: float = 30.0
+    default_context_tokens: float = 1024.0
+
+
+def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | None:
+    """The spec's profile, else the catalog's first for its model and tensor parallelism."""
+    if spec.policy.performance_profile is not None:
+        return get_profile(spec.policy.performance_profile)
+    return next(
+        (
+            p
+            for p in PROFILES.values()
+            if p.model == spec.model and p.tensor_parallel_size == spec.engine.tensor_parallel_size
+        ),
+        None,
+    )
+
+
+def control_settings(spec: SpeculativeServiceSpec) -> ControlSettings:
+    """The spec's policy knobs for the pure loop."""
+    policy, tokens = spec.policy, spec.speculation.num_speculative_tokens
+    target = policy.tpot_target_milliseconds
+    scrape = spec.metrics.scrape_interval_seconds
+    return ControlSettings(
+        mode=Mode(spec.speculation.mode),
+        objective=Objective(
+            ObjectiveKind(policy.objective), tpot_target_s=target / 1e3 if target else None
+        ),
+        k_min=tokens.min,
+        k_max=tokens.max,
+        min_gain=policy.min_gain_percent / 100.0,
+        restart_cost_s=float(policy.restart_cost_seconds),
+        min_dwell_s=float(policy.min_dwell_seconds),
+        max_reconfigurations_per_hour=policy.max_reconfigurations_per_hour,
+        max_staleness_s=float(max(4 * scrape, 60)),
+        rollout_timeout_s=float(policy.rollout_timeout_seconds),
+        rollback_cooldown_s=float(policy.rollback_cooldown_seconds),
+    )
+
+
+def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:
+    """Whether the live Deployment runs the desired template on all its pods, all Ready."""
+    if live is None:
+        return False
+    hashes = [
+        (o.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
+        for o in (live, desired)
+    ]
+    status = live.get("status", {})
+    want = desired["spec"]["replicas"]
+    generation = live.get("metadata", {}).get("generation", 0)
+    return (
+        hashes[0] == hashes[1]
+        and status.get("observedGeneration", 0) >= generation
+        and status.get("updatedReplicas", 0) >= want
+        and status.get("readyReplicas", 0) >= want
+        and status.get("replicas", 0) == want
+    )
+
+
+def _in_force(spec: SpeculativeServiceSpec, config: SpecConfig) -> SpeculationInForce:
+    if config.is_off:
+        return SpeculationInForce.off()
+    schedule = tuple((r.start, r.end, r.k) for r in config.per_batch_size) or None
+    return SpeculationInForce(
+        enabled=True,
+        num_speculative_tokens=config.num_speculative_tokens,
+        schedule=schedule,
+        draft_model=spec.speculation.draft_model,
+    )
+
+
+def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
+    chosen = speculative_config_status(spec, _in_force(spec, config), "Controller")
+    return chosen.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
+    """status.lastDecision; every key present (null clears what the last one had)."""
+    gain = decision.predicted_gain
+    return {
+        "time": timestamp(decision.at),
+        "action": decision.action.value,
+        "reasonCode": decision.code.value,
+        "reason": decision.reason[:4096],
+        "predictedGainPercent": round(gain * 100, 3) if gain is not None else None,
+        "gainSeconds": round(decision.gain_s, 1) if decision.gain_s is not None else None,
+        "restartCostSeconds": round(decision.restart_cost_s, 1),
+        "crossovers": [{"k": c.k, "batchSize": c.batch} for c in decision.crossovers],
+        "applied": decision.applied,
+        "recommended": _config_status(spec, decision.recommended)
+        if decision.recommended is not None
+        else None,
+    }
+
+
+def _measurements(window: Window, decision: Decision, k: int) -> Obj:
+    crossover = next((c.batch for c in decision.crossovers if c.k == k), None)
+    return {
+        "time": timestamp(window.observation.window_end),
+        "windowSeconds": round(window.window_s),
+        "concurrency": window.concurrency,
+        "acceptanceLength": window.acceptance_length,
+        "acceptancePerPosition": list(window.acceptance_per_position) or None,
+        "tpotSeconds": window.tpot_s,
+        "throughputTokensPerSecond": window.throughput_per_pod,
+        "crossoverConcurrency": crossover,
+    }
+
+
+def _conditions(current: list[Obj], window: Window, now: float) -> list[Obj]:
+    """The live conditions with MetricsAvailable replaced (its time kept if unchanged)."""
+    status = "True" if window.available else "False"
+    before = next((c for c in current if c.get("type") == "MetricsAvailable"), None)
+    since = (
+        before.get("lastTransitionTime", timestamp(now))
+        if before is not None and before.get("status") == status
+        else timestamp(now)
+    )
+    metrics = {
+        "type": "MetricsAvailable",
+        "status": status,
+        "reason": window.reason,
+        "message": window.message[:32768],
+        "lastTransitionTime": since,
+    }
+    if before is not None and "observedGeneration" in before:
+        metrics["observedGeneration"] = before["observedGeneration"]
+    return [c for c in current if c.get("type") != "MetricsAvailable"] + [metrics]
+
+
+def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) -> None:
+    DECISIONS.labels(namespace, name, decision.action.value, decision.code.value).inc()
+    for each in _MODES:
+        MODE.labels(namespace, name, each).set(1.0 if each == mode else 0.0)
+    SPECULATIVE_TOKENS.labels(namespace, name).set(decision.config.num_speculative_tokens)
+    if decision.predicted_gain is not None:
+        PREDICTED_GAIN.labels(namespace, name).set(decision.predicted_gain)
+    for crossover in decision.crossovers:
+        if crossover.batch is not None:
+            CROSSOVER_BATCH_SIZE.labels(namespace, name, str(crossover.k)).set(crossover.batch)
+        else:
+            with contextlib.suppress(KeyError):  # k never stops paying: no series
+                CROSSOVER_BATCH_SIZE.remove(namespace, name, str(crossover.k))
+    if decision.action is Action.RECONFIGURE:
+        RECONFIGURATIONS.labels(namespace, name).inc()
+    elif decision.action is Action.ROLLBACK:
+        ROLLBACKS.labels(namespace, name).inc()
+
+
+def _wait(service: SpeculativeService, options: ControlOptions, now: float) -> float:
+    """Seconds until the next decision is due (sooner while a rollout is followed)."""
+    spec = service.spec
+    period = options.period_s or float(spec.policy.evaluation_window_seconds)
+    status = service.status
+    if status is not None and status.controller is not None and status.controller.rollout:
+        period = min(period, options.rollout_poll_s)
+    last = status.last_decision if status is not None else None
+    if last is None:
+        return 0.0
+    return max(period - (now - unix_time(last.time)), 0.0)
+
+
+async def control_tick(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    options: ControlOptions,
+    render: RenderOptions,
+    post_event: PostEvent,
+) -> float:
+    """Decide for one SpeculativeService if a decision is due; the seconds to wait after."""
+    body = await asyncio.to_thread(kube.get_service, namespace, name)
+    if body is None:
+        return options.retry_s
+    service = parse_service(body)
+    now = options.clock()
+    if service.status is None or service.status.speculative_config is None:
+        return options.rollout_poll_s  # not reconciled yet
+    due_in = _wait(service, options, now)
+    if due_in > 0:
+        return due_in
+    spec = apply_defaults(service.spec)
+    wanted = plan(service, render)
+    desired = next(o for o in wanted.objects if o["kind"] == "Deployment")
+    live = await asyncio.to_thread(kube.get, desired)
+    pods = await asyncio.to_thread(kube.list_pods, namespace, selector_labels(name))
+    fetched = await options.source.fetch(namespace, name, spec, ready_pods(pods))
+
+    in_force = config_in_force(service.status.speculative_config)
+    profile = performance_profile(spec)
+    method = spec.speculation.method
+    window = service_window(
+        fetched.observations,
+        fetched.failures,
+        window_s=float(spec.policy.evaluation_window_seconds),
+        configured_k=in_force.num_speculative_tokens,
+        now=now,
+        pods_ready=deployment_ready(live, desired),
+        kv_capacity_tokens=profile.kv_capacity(method) if profile else None,
+        default_context_tokens=options.default_context_tokens,
+    )
+    model = (
+        ServiceModel(
+            method=method, cost=profile.cost_model(method), max_batch=spec.engine.max_num_seqs
+        )
+        if profile is not None
+        else None
+    )
+    state = restore_state(service.status.controller, in_force)
+    decision = decide(state, window.observation, model, control_settings(spec), now)
+
+    status = body.get("status") or {}
+    patch: Obj = {
+        "controller": save_state(decision.state).model_dump(by_alias=True, mode="json"),
+        "lastDecision": decision_status(spec, decision),
+        "conditions": _conditions(list(status.get("conditions") or []), window, now),
+    }
+    if window.available:
+        patch["lastMeasurements"] = _measurements(window, decision, in_force.num_speculative_tokens)
+    changed = decision.config != in_force
+    if changed:
+        patch["speculativeConfig"] = _config_status(spec, decision.config)
+    patched = await asyncio.to_thread(kube.patch_status, body, patch)
+    _record_metrics(namespace, name, spec.speculation.mode, decision)
+    log.info(
+        "%s/%s: %s (%s) %s",
+        namespace,
+        name,
+        decision.action.value,
+        decision.code.value,
+        decision.reason,
+    )
+    previous = service.status.last_decision
+    if previous is None or (previous.action, previous.reason_code) != (
+        decision.action.value,
+        decision.code.value,
+    ):
+        kind = "Warning" if decision.action is Action.ROLLBACK else "Normal"
+        post_event(
+            patched, kind, decision.action.value, f"{decision.code.value}: {decision.reason}"
+        )
+    if changed:  # re-render the Deployment now rather than on the next resync
+        await asyncio.to_thread(
+            reconcile,
+            kube,
+            patched,
+            render,
+            lambda reason, message: post_event(patched, "Normal", reason, message),
+        )
+    return _wait(parse_service(patched), options, options.clock())

@@ -1,0 +1,165 @@
+"""Where the control loop gets its measurements: the pods' sidecars, or Prometheus.
+
+An :class:`ObservationSource` returns the wire observations of one SpeculativeService
+plus, for every pod or source that gave none, a message saying why; it never raises for
+a failing pod, so one broken sidecar only shrinks the sample. Tests replace the whole
+source (the seam), the way httpx's MockTransport replaces the network.
+
+- Direct: GET ``http://<podIP>:9090/v1/observation`` of every Ready pod, concurrently.
+- Prometheus: the service's vLLM series (labels ``namespace`` and ``service``, which the
+  PodMonitor sets) read by the sidecar's own Prometheus source and estimator, kept per
+  service between ticks so the windows fill up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import pydantic
+from specops_sidecar import PrometheusSource, Sidecar
+
+from specops.api import SpeculativeServiceSpec
+from specops.errors import MetricsError
+from specops.observation import Observation, ObserverConfig
+from specops.render import SIDECAR_PORT
+
+__all__ = [
+    "DirectSource",
+    "Fetched",
+    "ObservationSource",
+    "Observer",
+    "PodTarget",
+    "PrometheusServiceSource",
+    "ready_pods",
+]
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    """A Ready pod of the service and its IP."""
+
+    name: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Observations that arrived, and one message per pod or source that gave none."""
+
+    observations: tuple[Observation, ...]
+    failures: tuple[str, ...] = ()
+
+
+class ObservationSource(Protocol):
+    async def fetch(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+    ) -> Fetched: ...
+
+
+def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodTarget]:
+    """The pods that are Ready, have an IP and are not being deleted."""
+    found = []
+    for pod in pods:
+        meta, status = pod.get("metadata", {}), pod.get("status", {})
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        if ready and status.get("podIP") and not meta.get("deletionTimestamp"):
+            found.append(PodTarget(meta["name"], status["podIP"]))
+    return found
+
+
+class DirectSource:
+    """Reads each Ready pod's sidecar."""
+
+    def __init__(self, client: httpx.AsyncClient, port: int = SIDECAR_PORT) -> None:
+        self._client = client
+        self._port = port
+
+    async def _one(self, pod: PodTarget) -> Observation:
+        url = f"http://{pod.ip}:{self._port}/v1/observation"
+        try:
+            response = await self._client.get(url)
+        except httpx.HTTPError as exc:
+            raise MetricsError(f"{pod.name}: cannot reach {url}: {exc!r}") from exc
+        if response.status_code != 200:
+            raise MetricsError(f"{pod.name}: sidecar answered HTTP {response.status_code}")
+        try:
+            return Observation.model_validate_json(response.content)
+        except pydantic.ValidationError as exc:
+            raise MetricsError(f"{pod.name}: malformed observation: {exc}") from exc
+
+    async def fetch(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+    ) -> Fetched:
+        results = await asyncio.gather(*(self._one(pod) for pod in pods), return_exceptions=True)
+        observations = tuple(r for r in results if isinstance(r, Observation))
+        failures = tuple(str(r) for r in results if isinstance(r, MetricsError))
+        unexpected = [
+            r for r in results if isinstance(r, BaseException) and not isinstance(r, MetricsError)
+        ]
+        if unexpected:
+            raise unexpected[0]
+        return Fetched(observations, failures)
+
+
+class PrometheusServiceSource:
+    """Polls Prometheus once per tick for each service and keeps its readings in between."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+        self._services: dict[tuple[str, str, str, int, int], Sidecar] = {}
+
+    def _sidecar(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> Sidecar:
+        url = spec.metrics.prometheus_url or ""
+        window = spec.policy.evaluation_window_seconds
+        scrape = spec.metrics.scrape_interval_seconds
+        key = (namespace, name, url, window, scrape)
+        found = self._services.get(key)
+        if found is None:
+            source = PrometheusSource(
+                url,
+                {"namespace": namespace, "service": name},
+                self._client,
+                lookback_s=max(4 * scrape, 60),
+            )
+            config = ObserverConfig(
+                namespace=namespace,
+                pod="",
+                service=name,
+                windows_s=(float(window),),
+                prediction_window_s=float(window),
+                stale_after_s=float(max(3 * scrape, 45)),
+            )
+            found = self._services[key] = Sidecar(source, config)
+        return found
+
+    async def fetch(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+    ) -> Fetched:
+        sidecar = self._sidecar(namespace, name, spec)
+        await sidecar.poll()
+        observation = sidecar.observation
+        failures = (observation.source.error,) if observation.source.error else ()
+        return Fetched((observation,), failures)
+
+
+class Observer:
+    """The real source: direct or Prometheus, as each spec's metrics section says."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self._direct = DirectSource(client)
+        self._prometheus = PrometheusServiceSource(client)
+
+    async def fetch(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+    ) -> Fetched:
+        if spec.metrics.source == "Prometheus":
+            return await self._prometheus.fetch(namespace, name, spec, pods)
+        return await self._direct.fetch(namespace, name, spec, pods)

@@ -1,0 +1,195 @@
+"""The control loop's memory on the object: ControllerState to status.controller and back.
+
+Progress lives on the SpeculativeService, not in the operator's memory, so a restarted or
+failed-over operator resumes a rollout, keeps counting reconfigurations per hour and
+knows the load regime. Pure: models in, models out; times are RFC 3339 on the object.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from specops.api import (
+    BatchSizeRange,
+    BatchWeight,
+    ControllerStatus,
+    RegimeStatus,
+    RolloutStatus,
+    SpeculationChoice,
+    SpeculativeConfigStatus,
+)
+from specops.control import ControllerState, Regime, Rollout
+from specops.policy import AcceptanceCurve, BatchDistribution, ScheduleRange, SpecConfig
+
+__all__ = [
+    "config_in_force",
+    "restore_state",
+    "save_state",
+    "spec_config",
+    "speculation_choice",
+    "timestamp",
+    "unix_time",
+]
+
+
+def timestamp(seconds: float) -> str:
+    """Unix seconds as the RFC 3339 time the API stores."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+def unix_time(text: str) -> float:
+    """An RFC 3339 time from the API as Unix seconds."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def spec_config(choice: SpeculationChoice) -> SpecConfig:
+    ranges = tuple(
+        ScheduleRange(r.min_batch_size, r.max_batch_size, r.num_speculative_tokens)
+        for r in sorted(choice.schedule or [], key=lambda r: r.min_batch_size)
+    )
+    return SpecConfig(choice.num_speculative_tokens, ranges)
+
+
+def speculation_choice(config: SpecConfig) -> SpeculationChoice:
+    schedule = [
+        BatchSizeRange(min_batch_size=r.start, max_batch_size=r.end, num_speculative_tokens=r.k)
+        for r in config.per_batch_size
+    ]
+    return SpeculationChoice(
+        num_speculative_tokens=config.num_speculative_tokens, schedule=schedule or None
+    )
+
+
+def config_in_force(status: SpeculativeConfigStatus) -> SpecConfig:
+    """The k and table of status.speculativeConfig (0 when speculation is off)."""
+    if not status.enabled:
+        return SpecConfig.off()
+    return spec_config(
+        SpeculationChoice(
+            num_speculative_tokens=status.num_speculative_tokens, schedule=status.schedule
+        )
+    )
+
+
+def _load_runs(load: BatchDistribution) -> list[BatchWeight]:
+    """Consecutive batch sizes of equal weight as one run: the status stays small."""
+    runs: list[BatchWeight] = []
+    for batch, weight in load.weights:
+        last = runs[-1] if runs else None
+        if last is not None and last.max_batch_size == batch - 1 and last.weight == weight:
+            runs[-1] = last.model_copy(update={"max_batch_size": batch})
+        else:
+            runs.append(BatchWeight(min_batch_size=batch, max_batch_size=batch, weight=weight))
+    return runs
+
+
+def _load(runs: list[BatchWeight], samples: int) -> BatchDistribution:
+    weights = {
+        batch: run.weight
+        for run in runs
+        for batch in range(run.min_batch_size, run.max_batch_size + 1)
+    }
+    return BatchDistribution.from_weights(weights, samples=samples)
+
+
+def _curve(rates: list[float] | None) -> AcceptanceCurve | None:
+    return AcceptanceCurve(tuple(rates)) if rates else None
+
+
+def _rates(curve: AcceptanceCurve | None) -> list[float] | None:
+    return list(curve.rates) if curve is not None else None
+
+
+def _optional_time(seconds: float | None) -> str | None:
+    return timestamp(seconds) if seconds is not None else None
+
+
+def _optional_unix(text: str | None) -> float | None:
+    return unix_time(text) if text is not None else None
+
+
+def save_state(state: ControllerState) -> ControllerStatus:
+    """status.controller for ``state``."""
+    regime = state.regime
+    return ControllerStatus(
+        config=speculation_choice(state.config),
+        last_good=speculation_choice(state.last_good),
+        rollout=RolloutStatus(
+            target=speculation_choice(state.rollout.target),
+            previous=speculation_choice(state.rollout.previous),
+            started_at=timestamp(state.rollout.started_at),
+        )
+        if state.rollout is not None
+        else None,
+        changes=[timestamp(t) for t in state.changes],
+        last_change_at=_optional_time(state.last_change_at),
+        rollout_durations_seconds=list(state.rollout_durations),
+        cooldown_until=_optional_time(state.cooldown_until),
+        regime=RegimeStatus(
+            load=_load_runs(regime.load),
+            load_samples=regime.load.samples,
+            acceptance_per_position=_rates(regime.acceptance),
+            drafts=regime.drafts,
+            started_at=timestamp(regime.started_at),
+            windows=regime.windows,
+            doubted_since=_optional_time(regime.doubted_since),
+            doubts=regime.doubts,
+        )
+        if regime is not None
+        else None,
+        acceptance_per_position=_rates(state.acceptance),
+        acceptance_drafts=state.acceptance_drafts,
+    )
+
+
+def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> ControllerState:
+    """The state saved in status, held to the config the pods are rendered with.
+
+    When the saved config is not the one in force (the spec was edited, the mode
+    changed, or nothing was saved yet), the controller starts over from the config in
+    force and keeps only what it measured: acceptance, regime, rollout history.
+    """
+    if saved is None:
+        return ControllerState.initial(in_force)
+    regime = saved.regime
+    state = ControllerState(
+        config=spec_config(saved.config),
+        last_good=spec_config(saved.last_good),
+        rollout=Rollout(
+            target=spec_config(saved.rollout.target),
+            previous=spec_config(saved.rollout.previous),
+            started_at=unix_time(saved.rollout.started_at),
+        )
+        if saved.rollout is not None
+        else None,
+        changes=tuple(unix_time(t) for t in saved.changes),
+        last_change_at=_optional_unix(saved.last_change_at),
+        rollout_durations=tuple(saved.rollout_durations_seconds),
+        cooldown_until=_optional_unix(saved.cooldown_until),
+        regime=Regime(
+            load=_load(regime.load, regime.load_samples),
+            acceptance=_curve(regime.acceptance_per_position),
+            started_at=unix_time(regime.started_at),
+            drafts=regime.drafts,
+            windows=regime.windows,
+            doubted_since=_optional_unix(regime.doubted_since),
+            doubts=regime.doubts,
+        )
+        if regime is not None
+        else None,
+        acceptance=_curve(saved.acceptance_per_position),
+        acceptance_drafts=saved.acceptance_drafts,
+    )
+    if state.config == in_force:
+        return state
+    return ControllerState(
+        config=in_force,
+        last_good=in_force,
+        changes=state.changes,
+        last_change_at=state.last_change_at,
+        rollout_durations=state.rollout_durations,
+        cooldown_until=state.cooldown_until,
+        regime=state.regime,
+        acceptance=state.acceptance,
+        acceptance_drafts=state.acceptance_drafts,
+    )

@@ -1,0 +1,233 @@
+"""The control loop inside the real kopf operator, against kmock, with a fake observation source.
+
+The source (the seam the operator's direct and Prometheus fetchers sit behind) serves
+what the test sets: a load, an acceptance, fresh or stale. The clock is the real one plus
+an offset the test moves, so dwell times and rollout deadlines pass without waiting.
+kmock runs no Deployment controller, so new pods never become Ready unless the test
+writes the Deployment's status.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+from prometheus_client import REGISTRY
+from specops_operator._control import ControlOptions
+from specops_operator._fetch import Fetched, PodTarget
+
+from specops.api import SpeculativeServiceSpec
+from specops.observation import EstimateStatus
+from tests.control.observations import pod_observation
+from tests.operator.kmock_env import NS, SVC_PATH, eventually, live, run_operator, service_body
+
+pytestmark = pytest.mark.integration
+
+SERVICE = "specops.io/v1alpha1/speculativeservices"
+DEPLOYMENT = "apps/v1/deployments"
+
+
+class FakeCluster:
+    """The pods' observations as the test sets them, stamped with the operator's clock."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.k = 3
+        self.running: list[float] = [2.0] * 40
+        self.status = EstimateStatus.OK
+        self.fetches = 0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    async def fetch(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+    ) -> Fetched:
+        self.fetches += 1
+        at = self.now() if self.status is EstimateStatus.OK else self.now() - 900
+        return Fetched(
+            tuple(
+                pod_observation(
+                    pod, at=at, running=self.running, k=self.k, alpha=0.8, status=self.status
+                )
+                for pod in ("llama-a", "llama-b")
+            )
+        )
+
+
+def _body(mode: str = "Auto") -> dict[str, Any]:
+    body = service_body()
+    body["spec"]["speculation"]["mode"] = mode
+    body["spec"]["policy"].update(
+        evaluationWindowSeconds=60,
+        minDwellSeconds=60,
+        restartCostSeconds=10,
+        rolloutTimeoutSeconds=60,
+        rollbackCooldownSeconds=600,
+    )
+    return body
+
+
+def _status(kmock: Any) -> dict[str, Any]:
+    return (live(kmock, SERVICE, "llama") or {}).get("status", {})
+
+
+def _decision(kmock: Any) -> tuple[str, str] | None:
+    last = _status(kmock).get("lastDecision")
+    return (last["action"], last["reasonCode"]) if last else None
+
+
+def _engine_config(kmock: Any) -> dict[str, Any] | None:
+    deployment = live(kmock, DEPLOYMENT, "llama")
+    if deployment is None:
+        return None
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return json.loads(args[args.index("--speculative-config") + 1])
+
+
+def _events(kmock: Any) -> list[dict[str, Any]]:
+    """Every Event the operator posted (kmock stores only the first of a name)."""
+    return [
+        r.data
+        for r in list(kmock)
+        if r.method.value == "POST" and r.resource is not None and r.resource.plural == "events"
+    ]
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, {"namespace": NS, "service": "llama", **labels}) or 0.0
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def memo(cluster: FakeCluster) -> kopf.Memo:
+    options = ControlOptions(
+        source=cluster, clock=cluster.now, period_s=0.3, initial_delay_s=0.0, rollout_poll_s=0.3
+    )
+    return kopf.Memo(control=options)
+
+
+async def test_low_load_lengthens_speculation_and_a_failed_rollout_rolls_back(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    reconfigured = _sample("specops_reconfigurations_total")
+    rollbacks = _sample("specops_rollbacks_total")
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=_body()) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _engine_config(kmock) is not None, "Deployment rendered")
+
+        # Two pods at two running requests each: the policy wants longer drafts there.
+        await eventually(lambda: _decision(kmock) == ("Reconfigure", "GainPaysRestart"), "reconf")
+        status = _status(kmock)
+        config = status["speculativeConfig"]
+        assert config["source"] == "Controller"
+        assert config["numSpeculativeTokens"] > 3
+        decision = status["lastDecision"]
+        assert decision["applied"] and decision["predictedGainPercent"] > 5
+        assert decision["crossovers"] and decision["recommended"]["json"] == config["json"]
+        assert status["controller"]["rollout"]["target"]["numSpeculativeTokens"] > 3
+        conditions = {c["type"]: c for c in status["conditions"]}
+        assert conditions["MetricsAvailable"]["status"] == "True"
+        assert status["lastMeasurements"]["concurrency"] == pytest.approx(2.0)
+        assert status["lastMeasurements"]["acceptanceLength"] == pytest.approx(2.952)
+        # The Deployment is re-rendered with the new --speculative-config at once.
+        await eventually(
+            lambda: (
+                (_engine_config(kmock) or {}).get("num_speculative_tokens")
+                == config["numSpeculativeTokens"]
+            ),
+            "Deployment re-rendered",
+        )
+        engine = _engine_config(kmock)
+        assert engine is not None and json.dumps(engine, separators=(",", ":")) == config["json"]
+        table = engine["num_speculative_tokens_per_batch_size"]
+        assert table[0][0] == 1
+        assert next(k for first, last, k in table if first <= 2 <= last) > 3  # was 3
+        await eventually(
+            lambda: any(
+                e["reason"] == "Reconfigure" and "GainPaysRestart" in e["message"]
+                for e in _events(kmock)
+            ),
+            "an Event for the reconfiguration",
+        )
+        assert _sample("specops_reconfigurations_total") == reconfigured + 1
+        assert (
+            _sample("specops_decisions_total", action="Reconfigure", reason="GainPaysRestart") >= 1
+        )
+        assert _sample("specops_mode", mode="Auto") == 1.0
+        assert _sample("specops_mode", mode="Advise") == 0.0
+        assert _sample("specops_speculative_tokens") == config["numSpeculativeTokens"]
+        assert _sample("specops_predicted_gain_ratio") > 0.05
+
+        # The new pods never become Ready (kmock has no Deployment controller).
+        cluster.k = config["numSpeculativeTokens"]
+        await eventually(lambda: _decision(kmock) == ("Withhold", "RolloutInProgress"), "follow")
+        cluster.offset += 120  # past the 60 s rollout deadline
+        await eventually(lambda: _sample("specops_rollbacks_total") == rollbacks + 1, "rollback")
+        status = _status(kmock)
+        assert status["speculativeConfig"]["numSpeculativeTokens"] == 3
+        assert status["controller"].get("rollout") is None
+        assert status["controller"]["cooldownUntil"]
+        await eventually(
+            lambda: (_engine_config(kmock) or {}).get("num_speculative_tokens") == 3,
+            "Deployment back on the last good config",
+        )
+        await eventually(
+            lambda: any(
+                e["reason"] == "Rollback" and e["type"] == "Warning" for e in _events(kmock)
+            ),
+            "a warning Event for the rollback",
+        )
+
+        # During the cooldown the better config is withheld, not retried.
+        cluster.k = 3
+        await eventually(lambda: _decision(kmock) == ("Withhold", "Cooldown"), "cooldown")
+        assert (_engine_config(kmock) or {}).get("num_speculative_tokens") == 3
+
+
+async def test_stale_metrics_hold_the_config_and_say_so(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    cluster.status = EstimateStatus.STALE
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=_body()) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _decision(kmock) == ("Withhold", "MetricsUnavailable"), "hold")
+        fetched = cluster.fetches
+        await eventually(lambda: cluster.fetches >= fetched + 2, "two more ticks")
+        status = _status(kmock)
+        conditions = {c["type"]: c for c in status["conditions"]}
+        assert conditions["MetricsAvailable"]["status"] == "False"
+        assert conditions["MetricsAvailable"]["reason"] == "MetricsStale"
+        assert status["speculativeConfig"]["source"] == "Spec"
+        assert (_engine_config(kmock) or {}).get("num_speculative_tokens") == 3
+        # One Event for the hold, not one per tick.
+        holds = [e for e in _events(kmock) if "MetricsUnavailable" in e.get("message", "")]
+        assert len(holds) == 1
+
+
+async def test_advise_publishes_the_recommendation_and_leaves_the_pods_alone(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=_body("Advise")) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _decision(kmock) == ("Withhold", "AdviseOnly"), "advice")
+        status = _status(kmock)
+        decision = status["lastDecision"]
+        assert not decision["applied"]
+        assert decision["recommended"]["numSpeculativeTokens"] > 3
+        assert status["speculativeConfig"]["source"] == "Spec"
+        assert status["speculativeConfig"]["numSpeculativeTokens"] == 3
+        assert (_engine_config(kmock) or {}).get("num_speculative_tokens") == 3
+        assert _sample("specops_mode", mode="Advise") == 1.0

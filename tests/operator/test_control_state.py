@@ -1,0 +1,178 @@
+"""The controller's state through status and back, and the pure helpers of the loop's shell."""
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from specops_operator._control import (
+    control_settings,
+    decision_status,
+    deployment_ready,
+    performance_profile,
+)
+from specops_operator._state import config_in_force, restore_state, save_state
+
+from specops.api import ControllerStatus, SpeculativeConfigStatus, parse_service
+from specops.control import (
+    Action,
+    ControllerState,
+    ControlSettings,
+    Mode,
+    Observation,
+    Regime,
+    Rollout,
+    ServiceModel,
+    decide,
+)
+from specops.policy import (
+    AcceptanceCurve,
+    BatchDistribution,
+    DraftCost,
+    ObjectiveKind,
+    SpecConfig,
+    StepCostModel,
+)
+from specops.render import RenderOptions, apply_defaults, plan
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+TABLE = SpecConfig.table([[1, 16, 5], [17, 64, 3], [65, 256, 0]], cap=5)
+
+
+def _full_state() -> ControllerState:
+    load = BatchDistribution.from_weights({1: 1.0, 2: 1.0, 3: 1.0, 40: 2.0}, samples=50)
+    return ControllerState(
+        config=TABLE,
+        last_good=SpecConfig.static(3),
+        rollout=Rollout(target=TABLE, previous=SpecConfig.static(3), started_at=1_700_000_100.5),
+        changes=(1_699_999_000.0, 1_700_000_100.5),
+        last_change_at=1_700_000_100.5,
+        rollout_durations=(95.0, 130.25),
+        cooldown_until=1_700_003_600.0,
+        regime=Regime(
+            load=load,
+            acceptance=AcceptanceCurve((0.8, 0.6, 0.45)),
+            started_at=1_699_998_000.0,
+            drafts=120_000.0,
+            windows=7,
+            doubted_since=1_700_000_000.0,
+            doubts=1,
+        ),
+        acceptance=AcceptanceCurve((0.8, 0.61, 0.44)),
+        acceptance_drafts=30_000.0,
+    )
+
+
+def test_the_state_survives_status_and_json() -> None:
+    state = _full_state()
+    saved = save_state(state)
+    wire = saved.model_dump(by_alias=True, mode="json")
+    restored = restore_state(ControllerStatus.model_validate(wire), TABLE)
+    assert restored.regime is not None and state.regime is not None
+    assert dict(restored.regime.load.weights) == pytest.approx(dict(state.regime.load.weights))
+    assert restored.regime.load.samples == 50
+    assert replace(restored.regime, load=state.regime.load) == state.regime
+    assert restored == ControllerState(**{**vars(state), "regime": restored.regime})
+    # equal-weight neighbours are stored as one run
+    assert [(w["minBatchSize"], w["maxBatchSize"]) for w in wire["regime"]["load"]] == [
+        (1, 3),
+        (40, 40),
+    ]
+
+
+def test_a_state_for_another_config_restarts_from_the_config_in_force() -> None:
+    state = _full_state()
+    restored = restore_state(save_state(state), SpecConfig.static(2))
+    assert restored.config == restored.last_good == SpecConfig.static(2)
+    assert restored.rollout is None
+    assert restored.changes == state.changes  # the hourly cap still counts them
+    assert restored.acceptance == state.acceptance
+    assert restore_state(None, SpecConfig.off()) == ControllerState.initial(SpecConfig.off())
+
+
+def test_the_config_in_force_is_read_from_status() -> None:
+    schedule = [
+        {"minBatchSize": 1, "maxBatchSize": 64, "numSpeculativeTokens": 3},
+        {"minBatchSize": 65, "maxBatchSize": 256, "numSpeculativeTokens": 0},
+    ]
+    on = SpeculativeConfigStatus.model_validate(
+        {"enabled": True, "numSpeculativeTokens": 3, "schedule": schedule}
+    )
+    assert config_in_force(on) == SpecConfig.table([[1, 64, 3], [65, 256, 0]], cap=3)
+    assert config_in_force(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
+
+
+def _service(**policy: object) -> dict:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["spec"]["policy"].update(policy)
+    return body
+
+
+def test_settings_and_profile_come_from_the_spec() -> None:
+    spec = apply_defaults(
+        parse_service(_service(objective="Goodput", tpotTargetMilliseconds=40)).spec
+    )
+    settings = control_settings(spec)
+    assert settings.mode is Mode.AUTO
+    assert settings.objective.kind is ObjectiveKind.GOODPUT
+    assert settings.objective.tpot_target_s == pytest.approx(0.04)
+    assert (settings.k_min, settings.k_max, settings.min_gain) == (1, 5, 0.05)
+    assert (settings.restart_cost_s, settings.rollout_timeout_s) == (300.0, 1800.0)
+    profile = performance_profile(spec)
+    assert profile is not None and profile.name == "llama3.1-8b-h100"
+    chosen = parse_service(_service(performanceProfile="llama3.1-8b-h200")).spec
+    assert performance_profile(chosen).name == "llama3.1-8b-h200"  # type: ignore[union-attr]
+    unknown = copy.deepcopy(_service())
+    unknown["spec"]["model"] = "acme/unknown-7b"
+    assert performance_profile(parse_service(unknown).spec) is None
+
+
+def test_the_deployment_is_ready_only_when_every_pod_runs_the_desired_template() -> None:
+    service = parse_service({**_service(), "metadata": {"name": "llama", "namespace": "ml"}})
+    desired = next(o for o in plan(service, RenderOptions()).objects if o["kind"] == "Deployment")
+    live = copy.deepcopy(desired)
+    live["metadata"]["generation"] = 3
+    live["status"] = {
+        "observedGeneration": 3,
+        "replicas": 2,
+        "updatedReplicas": 2,
+        "readyReplicas": 2,
+    }
+    assert deployment_ready(live, desired)
+    surging = copy.deepcopy(live)
+    surging["status"]["replicas"] = 3  # an old pod still runs
+    assert not deployment_ready(surging, desired)
+    old = copy.deepcopy(live)
+    old["metadata"]["annotations"] = {"specops.io/render-hash": "0000"}
+    assert not deployment_ready(old, desired)
+    assert not deployment_ready(None, desired)
+
+
+def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
+    spec = apply_defaults(parse_service(_service()).spec)
+    cost = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
+    observation = Observation(
+        window_end=0.0,
+        load=BatchDistribution.from_samples([4] * 60),
+        context_tokens=0,
+        num_drafts=10_000.0,
+        accepted_per_position=tuple(10_000.0 * 0.5 ** (i + 1) for i in range(3)),
+    )
+    settings = ControlSettings(k_max=3, restart_cost_s=30.0, min_drafts=1000, confidence_z=0.0)
+    decision = decide(
+        ControllerState.initial(SpecConfig.static(3)),
+        observation,
+        ServiceModel("ngram", cost, max_batch=64),
+        settings,
+        0.0,
+    )
+    assert decision.action is Action.RECONFIGURE
+    status = decision_status(spec, decision)
+    assert status["action"] == "Reconfigure"
+    assert status["reasonCode"] == "GainPaysRestart"
+    assert status["predictedGainPercent"] == pytest.approx(decision.predicted_gain * 100, abs=1e-3)
+    assert [c["k"] for c in status["crossovers"]] == [1, 2, 3]
+    assert status["recommended"]["numSpeculativeTokens"] == 1
+    assert status["recommended"]["source"] == "Controller"
+    assert status["time"] == "1970-01-01T00:00:00+00:00"
