@@ -290,8 +290,18 @@ def render_pdb(name: str, namespace: str) -> Obj:
 
 
 def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) -> Obj:
-    """PodMonitor scraping vLLM's and the sidecar's /metrics (Prometheus Operator)."""
+    """PodMonitor scraping vLLM's and the sidecar's /metrics (Prometheus Operator).
+
+    Every series must carry ``namespace``, ``pod`` and ``service`` (the SpeculativeService):
+    vLLM's get ``service`` from the pod's ``specops.io/service`` label; the sidecar sets
+    all three itself, so its labels are honoured over the target's.
+    """
     interval = f"{spec.metrics.scrape_interval_seconds}s"
+    service_label = {
+        "action": "replace",
+        "sourceLabels": ["__meta_kubernetes_pod_label_specops_io_service"],
+        "targetLabel": "service",
+    }
     return _with_hash(
         {
             "apiVersion": "monitoring.coreos.com/v1",
@@ -300,8 +310,18 @@ def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) 
             "spec": {
                 "selector": {"matchLabels": selector_labels(name)},
                 "podMetricsEndpoints": [
-                    {"port": "http", "path": "/metrics", "interval": interval},
-                    {"port": "metrics", "path": "/metrics", "interval": interval},
+                    {
+                        "port": "http",
+                        "path": "/metrics",
+                        "interval": interval,
+                        "relabelings": [service_label],
+                    },
+                    {
+                        "port": "metrics",
+                        "path": "/metrics",
+                        "interval": interval,
+                        "honorLabels": True,
+                    },
                 ],
             },
         }

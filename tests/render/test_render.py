@@ -118,7 +118,28 @@ def test_prometheus_source_and_pod_monitor() -> None:
     sidecar = objects[0]["spec"]["template"]["spec"]["containers"][1]
     assert sidecar["args"][-2:] == ["--prometheus-url", "http://prom:9090"]
     assert objects[-1]["kind"] == "PodMonitor"
-    assert {e["port"] for e in objects[-1]["spec"]["podMetricsEndpoints"]} == {"http", "metrics"}
+    engine, sidecar_endpoint = objects[-1]["spec"]["podMetricsEndpoints"]
+    # vLLM's series get the SpeculativeService as label service, from the pod's label.
+    assert engine == {
+        "port": "http",
+        "path": "/metrics",
+        "interval": "15s",
+        "relabelings": [
+            {
+                "action": "replace",
+                "sourceLabels": ["__meta_kubernetes_pod_label_specops_io_service"],
+                "targetLabel": "service",
+            }
+        ],
+    }
+    # The sidecar labels its series namespace, pod and service itself: keep them.
+    assert sidecar_endpoint == {
+        "port": "metrics",
+        "path": "/metrics",
+        "interval": "15s",
+        "honorLabels": True,
+    }
+    assert objects[-1]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "llama"
 
 
 def test_rendering_is_deterministic_pure_and_hashed() -> None:
