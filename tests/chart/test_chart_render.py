@@ -175,6 +175,9 @@ def test_monitoring_objects_appear_only_with_the_prometheus_operator(render: Ren
     assert service["spec"]["ports"][0]["name"] == monitor["spec"]["endpoints"][0]["port"]
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
+    # specops_decisions_total and co. carry the SpeculativeService's namespace and service.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
     assert by_kind(objects, "PrometheusRule")
     disabled = render(
         {"prometheusRule": {"enabled": False}, "metrics": {"serviceMonitor": {"enabled": False}}},
