@@ -14,7 +14,8 @@ source (the seam), the way httpx's MockTransport replaces the network.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -111,8 +112,9 @@ class DirectSource:
 class PrometheusServiceSource:
     """Polls Prometheus once per tick for each service and keeps its readings in between."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
         self._client = client
+        self._clock = clock
         self._services: dict[tuple[str, str, str, int, int], Sidecar] = {}
 
     def _sidecar(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> Sidecar:
@@ -136,7 +138,7 @@ class PrometheusServiceSource:
                 prediction_window_s=float(window),
                 stale_after_s=float(max(3 * scrape, 45)),
             )
-            found = self._services[key] = Sidecar(source, config)
+            found = self._services[key] = Sidecar(source, config, clock=self._clock)
         return found
 
     async def fetch(
@@ -152,10 +154,10 @@ class PrometheusServiceSource:
 class Observer:
     """The real source: direct or Prometheus, as each spec's metrics section says."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self._direct = DirectSource(client)
-        self._prometheus = PrometheusServiceSource(client)
+        self._prometheus = PrometheusServiceSource(client, clock)
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]

@@ -1,0 +1,130 @@
+"""The operator's observation fetchers against httpx's MockTransport: sidecars and Prometheus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import yaml
+from specops_operator._fetch import (
+    DirectSource,
+    Observer,
+    PodTarget,
+    PrometheusServiceSource,
+    ready_pods,
+)
+
+from specops.api import parse_service
+from specops.render import apply_defaults
+from tests.control.observations import pod_observation
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+
+
+def _spec(**metrics: object):
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["spec"]["metrics"] = metrics or {"source": "Direct"}
+    return apply_defaults(parse_service(body).spec)
+
+
+def _pod(name: str, ip: str | None, ready: bool, deleting: bool = False) -> dict:
+    meta: dict = {"name": name}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+def test_only_ready_pods_with_an_ip_are_asked() -> None:
+    pods = [
+        _pod("a", "10.0.0.1", True),
+        _pod("b", "10.0.0.2", False),
+        _pod("c", None, True),
+        _pod("d", "10.0.0.4", True, deleting=True),
+    ]
+    assert ready_pods(pods) == [PodTarget("a", "10.0.0.1")]
+
+
+async def test_direct_reads_every_sidecar_and_names_the_ones_that_failed() -> None:
+    good = pod_observation("a", at=1000.0, running=[4] * 10)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.port == 9090 and request.url.path == "/v1/observation"
+        host = request.url.host
+        if host == "10.0.0.1":
+            return httpx.Response(200, content=good.model_dump_json())
+        if host == "10.0.0.2":
+            return httpx.Response(503, text="starting")
+        if host == "10.0.0.3":
+            return httpx.Response(200, json={"pod": "c"})
+        raise httpx.ConnectError("connection refused", request=request)
+
+    pods = [PodTarget(n, f"10.0.0.{i}") for i, n in enumerate("abcd", start=1)]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        fetched = await DirectSource(client).fetch("ml", "llama", _spec(), pods)
+    assert fetched.observations == (good,)
+    assert len(fetched.failures) == 3
+    assert fetched.failures[0].startswith("b: sidecar answered HTTP 503")
+    assert fetched.failures[1].startswith("c: malformed observation")
+    assert fetched.failures[2].startswith("d: cannot reach http://10.0.0.4:9090/v1/observation")
+
+
+def _matrix(at: float, running: float, drafts: float) -> dict:
+    labels = {"namespace": "ml", "service": "llama", "pod": "llama-0", "job": "j", "instance": "i"}
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {"__name__": "vllm:num_requests_running", **labels},
+                    "values": [[at, str(running)]],
+                },
+                {
+                    "metric": {"__name__": "vllm:spec_decode_num_drafts_total", **labels},
+                    "values": [[at, str(drafts)]],
+                },
+            ],
+        },
+    }
+
+
+async def test_prometheus_is_asked_for_the_services_series_and_readings_accumulate() -> None:
+    now = 1_000_000.0
+    queries: list[str] = []
+    answers = iter([_matrix(now - 30, 4, 100), _matrix(now - 15, 4, 300)])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v1/query"
+        queries.append(request.url.params["query"])
+        return httpx.Response(200, text=json.dumps(next(answers)))
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        source = PrometheusServiceSource(client, clock=lambda: now)
+        await source.fetch("ml", "llama", spec, [])
+        fetched = await source.fetch("ml", "llama", spec, [])
+    assert 'namespace="ml"' in queries[0] and 'service="llama"' in queries[0]
+    assert fetched.failures == ()
+    (observation,) = fetched.observations
+    assert observation.service == "llama"
+    assert observation.latest_reading_at == now - 15
+    (window,) = observation.windows
+    assert window.window_seconds == spec.policy.evaluation_window_seconds
+    assert window.readings == 2
+
+
+async def test_a_failing_prometheus_is_a_failure_not_an_exception() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            400, json={"status": "error", "errorType": "bad_data", "error": "parse error"}
+        )
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        fetched = await Observer(client).fetch("ml", "llama", spec, [])
+    assert "PromQL error (bad_data): parse error" in fetched.failures[0]
+    assert fetched.observations[0].status.value == "unknown"
