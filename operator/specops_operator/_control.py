@@ -294,7 +294,10 @@ async def control_tick(
     )
     model = (
         ServiceModel(
-            method=method, cost=profile.cost_model(method), max_batch=spec.engine.max_num_seqs
+            method=method,
+            cost=profile.cost_model(method),
+            max_batch=spec.engine.max_num_seqs,
+            per_batch_size=spec.speculation.per_batch_size_schedule,
         )
         if profile is not None
         else None

@@ -90,13 +90,17 @@ class ReasonCode(StrEnum):
 
 @dataclass(frozen=True)
 class ServiceModel:
-    """What is known about the service without measuring it."""
+    """What is known about the service without measuring it.
+
+    ``per_batch_size`` False: the user wants one k, never vLLM's per-batch-size table.
+    """
 
     method: str
     cost: StepCostModel
     data_parallel: int = 1
     max_batch: int = 256
     prior_acceptance: AcceptanceCurve | None = None
+    per_batch_size: bool = True
 
 
 @dataclass(frozen=True)
@@ -315,6 +319,7 @@ def _policy(
             max_batch=service.max_batch,
             confidence_z=settings.confidence_z,
             min_gain=settings.keep_draft_gain,
+            per_batch_size=service.per_batch_size,
         )
     )
 

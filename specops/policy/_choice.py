@@ -208,7 +208,11 @@ def relative_gain(new: Prediction, old: Prediction) -> float:
 
 @dataclass(frozen=True)
 class PolicyInput:
-    """Everything the policy looks at; ``drafts_seen`` = 0 marks ``acceptance`` as a prior."""
+    """Everything the policy looks at; ``drafts_seen`` = 0 marks ``acceptance`` as a prior.
+
+    ``per_batch_size`` False keeps to one k even where vLLM would take a table (the
+    user turned the table off).
+    """
 
     acceptance: AcceptanceCurve
     drafts_seen: int
@@ -224,6 +228,7 @@ class PolicyInput:
     max_batch: int = 256
     confidence_z: float = 1.0
     min_gain: float = 0.01
+    per_batch_size: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.k_min <= self.k_max:
@@ -284,7 +289,7 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
     cross = crossovers(model, ks, inputs.max_batch)
     off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)
     current = predict(inputs.current, inputs.load, model, inputs.objective)
-    schedule = schedule_applies(inputs.method, inputs.data_parallel)
+    schedule = inputs.per_batch_size and schedule_applies(inputs.method, inputs.data_parallel)
 
     if schedule:
         ranges = merge_ranges(best_k_by_batch(model, (0, *ks), inputs.max_batch))
@@ -335,9 +340,14 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
             if runner_up is not None
             else ""
         )
+        why_one = (
+            f"method {inputs.method} with data-parallel {inputs.data_parallel} takes no "
+            f"per-batch-size table"
+            if inputs.per_batch_size
+            else "the per-batch-size table is turned off"
+        )
         reason = (
-            f"one k, {best.config.describe()} (method {inputs.method} with data-parallel "
-            f"{inputs.data_parallel} takes no per-batch-size table): at the observed load "
+            f"one k, {best.config.describe()} ({why_one}): at the observed load "
             f"({load_words}) it predicts {gain:+.1%} {goal} over no speculation{runner_words}; "
             f"crossovers {cross_words}."
         )

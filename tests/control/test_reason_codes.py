@@ -106,3 +106,19 @@ def test_a_rollout_is_followed_then_rolled_back_with_codes() -> None:
     assert (failed.action, failed.code) == (Action.ROLLBACK, ReasonCode.ROLLOUT_FAILED)
     done = decide(state, _window(), NGRAM, SETTINGS, 60.0)
     assert (done.action, done.code) == (Action.KEEP, ReasonCode.ROLLOUT_DONE)
+
+
+def test_a_table_is_chosen_only_where_the_user_allows_one() -> None:
+    eagle = ServiceModel(method="eagle3", cost=COST, max_batch=64)
+    spread = Observation(
+        window_end=0.0,
+        load=BatchDistribution.from_samples([1] * 50 + [7] * 10),
+        context_tokens=0,
+        num_drafts=10_000.0,
+        accepted_per_position=tuple(10_000.0 * 0.5 ** (i + 1) for i in range(3)),
+    )
+    table = decide(K3, spread, eagle, SETTINGS, 0.0)
+    assert table.recommended is not None and table.recommended.per_batch_size
+    one_k = decide(K3, spread, replace(eagle, per_batch_size=False), SETTINGS, 0.0)
+    assert one_k.recommended is not None and not one_k.recommended.per_batch_size
+    assert one_k.recommended.num_speculative_tokens > 0
