@@ -33,12 +33,12 @@ from specops.control import (
 )
 from specops.control import ServiceWindow as Window
 from specops.policy import Objective, ObjectiveKind, SpecConfig
-from specops.profiles import PROFILES, PerformanceProfile, get_profile
 from specops.render import (
     HASH_ANNOTATION,
     RenderOptions,
     SpeculationInForce,
     apply_defaults,
+    performance_profile,
     plan,
     selector_labels,
     speculative_config_status,
@@ -70,7 +70,6 @@ __all__ = [
     "control_tick",
     "decision_status",
     "deployment_ready",
-    "performance_profile",
 ]
 
 log = logging.getLogger("specops.control")
@@ -92,20 +91,6 @@ class ControlOptions:
     rollout_poll_s: float = 15.0
     retry_s: float = 30.0
     default_context_tokens: float = 1024.0
-
-
-def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | None:
-    """The spec's profile, else the catalog's first for its model and tensor parallelism."""
-    if spec.policy.performance_profile is not None:
-        return get_profile(spec.policy.performance_profile)
-    return next(
-        (
-            p
-            for p in PROFILES.values()
-            if p.model == spec.model and p.tensor_parallel_size == spec.engine.tensor_parallel_size
-        ),
-        None,
-    )
 
 
 def control_settings(spec: SpeculativeServiceSpec) -> ControlSettings:

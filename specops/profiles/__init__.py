@@ -1,6 +1,6 @@
 """Named performance profiles: step-cost models, KV capacity and draft memory per model and GPU."""
 
-from specops.profiles._catalog import PROFILES, get_profile, profile_names
+from specops.profiles._catalog import PROFILES, find_profile, get_profile, profile_names
 from specops.profiles._profile import (
     LOOKUP_METHODS,
     DraftFamily,
@@ -14,6 +14,7 @@ __all__ = [
     "DraftFamily",
     "PerformanceProfile",
     "draft_family",
+    "find_profile",
     "get_profile",
     "profile_names",
 ]

@@ -195,3 +195,23 @@ def get_profile(name: str) -> PerformanceProfile:
         raise EngineConfigError(
             f"unknown performance profile {name!r}; known profiles: {', '.join(profile_names())}"
         ) from None
+
+
+def find_profile(
+    name: str | None, *, model: str, tensor_parallel_size: int
+) -> PerformanceProfile | None:
+    """The named profile, else the catalog's first for this model and tensor parallelism.
+
+    None means specops has no cost model for the deployment: callers then make no
+    predictions rather than borrow another model's numbers.
+    """
+    if name is not None:
+        return get_profile(name)
+    return next(
+        (
+            p
+            for p in PROFILES.values()
+            if p.model == model and p.tensor_parallel_size == tensor_parallel_size
+        ),
+        None,
+    )

@@ -14,6 +14,7 @@ from typing import Any
 
 from specops import __version__
 from specops.api import SpeculativeServiceSpec
+from specops.profiles import PerformanceProfile, find_profile
 from specops.render._speculation import SpeculationInForce, vllm_speculative_config
 
 __all__ = [
@@ -147,6 +148,15 @@ def _engine_container(spec: SpeculativeServiceSpec, speculation: SpeculationInFo
     }
 
 
+def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | None:
+    """The spec's profile, else the catalog's first for its model and tensor parallelism."""
+    return find_profile(
+        spec.policy.performance_profile,
+        model=spec.model,
+        tensor_parallel_size=spec.engine.tensor_parallel_size,
+    )
+
+
 def _sidecar_container(
     name: str, namespace: str, spec: SpeculativeServiceSpec, options: RenderOptions
 ) -> Obj:
@@ -164,6 +174,15 @@ def _sidecar_container(
     ]
     if spec.metrics.source == "Prometheus" and spec.metrics.prometheus_url is not None:
         args += ["--prometheus-url", spec.metrics.prometheus_url]
+    args += [
+        "--scrape-interval",
+        str(spec.metrics.scrape_interval_seconds),
+        "--method",
+        spec.speculation.method,
+    ]
+    profile = performance_profile(spec)
+    if profile is not None:
+        args += ["--profile", profile.name]
     return {
         "name": "specops-sidecar",
         "image": options.sidecar_image,

@@ -10,7 +10,6 @@ from specops_operator._control import (
     control_settings,
     decision_status,
     deployment_ready,
-    performance_profile,
 )
 from specops_operator._state import config_in_force, restore_state, save_state
 
@@ -34,7 +33,7 @@ from specops.policy import (
     SpecConfig,
     StepCostModel,
 )
-from specops.render import RenderOptions, apply_defaults, plan
+from specops.render import RenderOptions, apply_defaults, performance_profile, plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 TABLE = SpecConfig.table([[1, 16, 5], [17, 64, 3], [65, 256, 0]], cap=5)

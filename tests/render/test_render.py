@@ -80,6 +80,10 @@ def test_deployment_runs_vllm_with_the_speculative_config_and_the_sidecar() -> N
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     assert sidecar["args"][:2] == ["--engine-url", "http://127.0.0.1:8000"]
     assert "--prometheus-url" not in sidecar["args"]
+    # The sidecar predicts with the profile of this model, for the method the engine runs.
+    sidecar_args = sidecar["args"]
+    assert sidecar_args[sidecar_args.index("--profile") + 1] == "llama3.1-8b-h100"
+    assert sidecar_args[sidecar_args.index("--method") + 1] == SPEC["speculation"]["method"]
     assert sidecar["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert deployment["spec"]["replicas"] == 3
@@ -116,7 +120,8 @@ def test_prometheus_source_and_pod_monitor() -> None:
         "llama", "ml", parsed, speculation_from_spec(parsed), RenderOptions(pod_monitor=True)
     )
     sidecar = objects[0]["spec"]["template"]["spec"]["containers"][1]
-    assert sidecar["args"][-2:] == ["--prometheus-url", "http://prom:9090"]
+    args = sidecar["args"]
+    assert args[args.index("--prometheus-url") + 1] == "http://prom:9090"
     assert objects[-1]["kind"] == "PodMonitor"
     engine, sidecar_endpoint = objects[-1]["spec"]["podMetricsEndpoints"]
     # vLLM's series get the SpeculativeService as label service, from the pod's label.
