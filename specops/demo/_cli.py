@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -115,7 +116,7 @@ def demo(
         dwell_s=dwell,
         refresh_s=refresh,
     )
-    console = Console()
+    console = Console(soft_wrap=not sys.stdout.isatty())
     try:
         report = run_demo(options, console)
     except SpecopsError as exc:
@@ -123,5 +124,5 @@ def demo(
     except KeyboardInterrupt:
         console.print("interrupted; everything the demo started has been stopped")
         raise SystemExit(130) from None
-    console.print(report.read_text())
-    console.print(f"report: {report}")
+    click.echo(report.read_text())
+    click.echo(f"report: {report}")

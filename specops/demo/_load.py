@@ -29,7 +29,7 @@ class ConcurrencyDriver:
         self._url = url.rstrip("/") + "/v1/chat/completions"
         self._model = model
         self._target = target
-        self._origin = 0.0
+        self._origin = time.monotonic()
         self._workers: dict[int, asyncio.Task[None]] = {}
         self.in_flight = 0
         self.completed = 0
@@ -65,7 +65,7 @@ class ConcurrencyDriver:
             await self._request(client)
 
     async def run(self, duration_s: float, tick_s: float = 0.25) -> None:
-        """Drive the load for ``duration_s``; requests still running at the end are awaited."""
+        """Drive the load for ``duration_s`` from now; requests running at the end are awaited."""
         self._origin = time.monotonic()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
