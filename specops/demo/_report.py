@@ -3,6 +3,7 @@ next to the simulated baselines, as markdown and PNG plots."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,20 @@ def decisions_of(snapshots: Sequence[Snapshot]) -> tuple[DecisionView, ...]:
     return tuple(seen.values())
 
 
+def _runs(decisions: Sequence[DecisionView]) -> list[tuple[DecisionView, int]]:
+    """Consecutive decisions with the same action and code as one: the first, and how many."""
+    runs: list[tuple[DecisionView, int]] = []
+    for decision in decisions:
+        if runs and (runs[-1][0].action, runs[-1][0].reason_code) == (
+            decision.action,
+            decision.reason_code,
+        ):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((decision, 1))
+    return runs
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.2f}"
 
@@ -91,22 +106,29 @@ def markdown(record: RunRecord, plots: Sequence[Path]) -> str:
         "## What the controller decided",
         "",
     ]
-    decisions = [d for d in decisions_of(record.snapshots) if d.action != "Keep"]
-    kept = len(decisions_of(record.snapshots)) - len(decisions)
-    if decisions:
+    every = decisions_of(record.snapshots)
+    runs = [run for run in _runs(every) if run[0].action != "Keep"]
+    if runs:
         lines += [
-            "| time | action | code | recommended | applied | gain % | reason |",
-            "|---|---|---|---|---|---|---|",
+            "| time | action | code | recommended | applied | gain % | in a row | reason |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        for d in decisions:
+        for d, count in runs:
             gain = "-" if d.predicted_gain_percent is None else f"{d.predicted_gain_percent:+.1f}"
             lines.append(
                 f"| {d.time} | {d.action} | {d.reason_code or '-'} | {d.recommended or '-'} |"
-                f" {'yes' if d.applied else 'no'} | {gain} | {_escape(d.reason)} |"
+                f" {'yes' if d.applied else 'no'} | {gain} | {count} | {_escape(d.reason)} |"
             )
     else:
         lines.append("No reconfiguration or withheld change was recorded.")
-    lines += ["", f"Windows where the controller kept the config in force: {kept}.", ""]
+    outcomes = Counter(f"{d.action}/{d.reason_code or '-'}" for d in every)
+    lines += [
+        "",
+        "Decisions seen, by outcome: "
+        + (", ".join(f"{name} x{n}" for name, n in sorted(outcomes.items())) or "none")
+        + ".",
+        "",
+    ]
     changes = _k_changes(record.snapshots)
     if changes:
         lines.append("Speculative config of the Deployment over the run: ")
@@ -117,7 +139,7 @@ def markdown(record: RunRecord, plots: Sequence[Path]) -> str:
         lines += [f"- {e.time} {e.reason}: {_escape(e.message)}" for e in record.events]
         lines.append("")
     measured = record.measured
-    restarts = sum(1 for d in decisions if d.applied)
+    restarts = sum(1 for d in every if d.applied and d.action != "Keep")
     lines += [
         "## TPOT and throughput",
         "",

@@ -56,6 +56,7 @@ def _snap(at: float, deployment: str, decision: DecisionView | None) -> Snapshot
 KEEP = _decision("10:00:30", "Keep")
 UP = _decision("10:01:00", "Reconfigure", True, recommended="k=5", gain=6.25, code="GainPays")
 HOLD = _decision("10:03:00", "Withhold", recommended="k=2", code="MinDwell")
+HOLD_AGAIN = replace(HOLD, time="10:04:00")
 SNAPSHOTS = (
     _snap(0, "k=3", None),
     _snap(30, "k=3", KEEP),
@@ -63,6 +64,7 @@ SNAPSHOTS = (
     _snap(60, "k=5", UP),
     _snap(63, "k=5", UP),
     _snap(180, "k=5", HOLD),
+    _snap(240, "k=5", HOLD_AGAIN),
 )
 
 
@@ -83,15 +85,19 @@ RECORD = RunRecord(
 
 
 def test_each_decision_once_in_order() -> None:
-    assert decisions_of(SNAPSHOTS) == (KEEP, UP, HOLD)
+    assert decisions_of(SNAPSHOTS) == (KEEP, UP, HOLD, HOLD_AGAIN)
 
 
 def test_report_lists_changes_figures_and_says_the_baselines_are_simulated() -> None:
     text = markdown(RECORD, (Path("load-and-k.png"),))
-    assert "| 10:01:00 | Reconfigure | GainPays | k=5 | yes | +6.2 |" in text
-    assert "| 10:03:00 | Withhold | MinDwell | k=2 | no | - |" in text
+    assert "| 10:01:00 | Reconfigure | GainPays | k=5 | yes | +6.2 | 1 |" in text
+    assert "| 10:03:00 | Withhold | MinDwell | k=2 | no | - | 2 |" in text
+    assert "10:04:00" not in text  # the same withhold again is counted, not listed
     assert "because \\| of the load" in text  # a pipe cannot break the table
-    assert "Windows where the controller kept the config in force: 1." in text
+    assert (
+        "Decisions seen, by outcome: Keep/Code x1, Reconfigure/GainPays x1, Withhold/MinDwell x2."
+        in text
+    )
     assert "k=3 from 0 s, k=5 from 60 s." in text
     assert "- 10:01:00 Reconfigure: k 3 -> 5" in text
     assert "| specops, live (real processes, measured) | 7.10 | - | 4321 | 1 |" in text
