@@ -69,6 +69,7 @@ def test_apiserver_runs_rbac_and_the_gpu_toleration_admission(tmp_path: Path) ->
     assert "--authorization-mode=Node,RBAC" in apiserver
     assert "--enable-admission-plugins=ExtendedResourceToleration" in apiserver
     assert "--etcd-servers=http://127.0.0.1:41001" in apiserver
+    assert "--watch-cache=false" in apiserver  # watches that etcd 3.4 can serve
 
 
 def test_controller_manager_signs_tokens_and_uses_per_controller_identities(tmp_path: Path) -> None:
