@@ -35,6 +35,14 @@ class ConcurrencyDriver:
         self.completed = 0
         self.failed = 0
         self.last_error = ""
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End ``run`` early (from any thread): no new requests, running ones finish."""
+        self._stopping = True
+
+    def _going(self, duration_s: float) -> bool:
+        return not self._stopping and self.elapsed() < duration_s
 
     def elapsed(self) -> float:
         return time.monotonic() - self._origin
@@ -61,7 +69,7 @@ class ConcurrencyDriver:
             await asyncio.sleep(0.5)  # an engine restarting: do not spin
 
     async def _worker(self, index: int, client: httpx.AsyncClient, duration_s: float) -> None:
-        while self.elapsed() < duration_s and index < self._target(self.elapsed()):
+        while self._going(duration_s) and index < self._target(self.elapsed()):
             await self._request(client)
 
     async def run(self, duration_s: float, tick_s: float = 0.25) -> None:
@@ -70,7 +78,7 @@ class ConcurrencyDriver:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
             try:
-                while self.elapsed() < duration_s:
+                while self._going(duration_s):
                     want = self._target(self.elapsed())
                     for index in range(want):
                         task = self._workers.get(index)

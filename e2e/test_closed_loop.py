@@ -1,0 +1,178 @@
+"""The closed loop on a real control plane: load crosses the crossover, the operator changes
+the Deployment's speculative config, the pod runner brings new pods up with it, and status
+and Events record the decision.
+
+The chart is installed with the Helm library and the operator runs locally as the chart's
+ServiceAccount; the pod runner turns the kwok pods into simulated engines and sidecars
+scraped by its Prometheus, which is the service's metrics source. Load comes through the
+runner's proxy: a few requests in flight (k should rise), then many (k should fall).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import Wait
+from kubernetes import client
+
+from specops.api import GROUP, PLURAL, VERSION
+from specops.cluster import ClusterInfo
+from specops.demo import DemoOptions, demo_service, engine_config
+from specops.demo._load import ConcurrencyDriver
+from specops.localstack import (
+    OperatorProcess,
+    PodRunnerProcess,
+    installed_chart,
+    operator_kubeconfig,
+)
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
+NAME = "llama"
+LOW, HIGH = 4, 96
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The chart (its own release, so the operator module's release is not disturbed) and the
+    operator running here as the chart's ServiceAccount; both gone afterwards."""
+    work = tmp_path_factory.mktemp("closed-loop-operator")
+    with installed_chart(
+        cluster.kubeconfig,
+        release="specops-loop",
+        namespace="specops-loop",
+        values={"operator": {"clusterWide": True}},
+        operator_replicas=0,
+    ) as release:
+        identity = operator_kubeconfig(cluster.kubeconfig, release, work / "kubeconfig")
+        process = OperatorProcess(identity, work / "operator.log")
+        try:
+            process.start()
+            yield process
+        finally:
+            process.stop()
+
+
+@pytest.fixture
+def runner(cluster: ClusterInfo, tmp_path: Path) -> Iterator[PodRunnerProcess]:
+    process = PodRunnerProcess(
+        cluster.kubeconfig,
+        tmp_path / "podrunner",
+        profile="llama3.1-8b-h100",
+        workload="sharegpt",
+        startup_delay_s=2.0,
+    )
+    try:
+        process.start()
+        yield process
+    finally:
+        process.stop()
+
+
+class _Load:
+    """A closed loop whose level the test sets, on a thread of its own."""
+
+    def __init__(self, url: str, model: str) -> None:
+        self.level = 0
+        self.driver = ConcurrencyDriver(url, model, lambda _: self.level)
+        self._thread = threading.Thread(target=asyncio.run, args=(self.driver.run(3600.0),))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.driver.stop()
+        self._thread.join(timeout=120)
+
+
+def _k(deployment: Obj) -> int:
+    return _engine_k(engine_config(deployment))
+
+
+def test_load_moves_k_through_new_pods_with_status_and_events(
+    api_client: client.ApiClient,
+    namespace: str,
+    operator: OperatorProcess,
+    runner: PodRunnerProcess,
+    wait: Wait,
+) -> None:
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    prometheus = runner.state().prometheus_url
+    assert prometheus is not None
+    service = demo_service(
+        yaml.safe_load(EXAMPLE.read_text()), DemoOptions(namespace=namespace), prometheus
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
+
+    def deployment() -> Obj:
+        found = apps.read_namespaced_deployment(NAME, namespace)
+        plain: Obj = api_client.sanitize_for_serialization(found)
+        return plain
+
+    def status() -> Obj:
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
+        assert isinstance(found, dict)
+        return dict(found.get("status") or {})
+
+    def serving(k: int) -> frozenset[str]:
+        """The pods running an engine with k (all ready and the only ones), else empty."""
+        pods = runner.state().service_pods(namespace, NAME)
+        configs = {_engine_k(p.speculative_config) for p in pods}
+        if pods and all(p.ready for p in pods) and configs == {k}:
+            return frozenset(p.pod for p in pods)
+        return frozenset()
+
+    wait(lambda: bool(serving(3)), "the first pod to run k=3 (the spec's initial k)")
+    first_pods = serving(3)
+    url = runner.state().service_url(namespace, NAME)
+    assert url is not None
+    load = _Load(url, str(service["spec"]["servedModelName"]))
+    try:
+        load.level = LOW
+        wait(lambda: _k(deployment()) > 3, f"k to rise above 3 at {LOW} requests in flight")
+        raised = _k(deployment())
+        _check_decision(status(), raised)
+        wait(lambda: bool(serving(raised)), f"new pods running k={raised}")
+        assert not serving(raised) & first_pods
+
+        load.level = HIGH
+        wait(lambda: _k(deployment()) < raised, f"k to fall below {raised} at {HIGH} in flight")
+        lowered = _k(deployment())
+        _check_decision(status(), lowered)
+        wait(lambda: bool(serving(lowered)), f"new pods running k={lowered}")
+    finally:
+        load.stop()
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={NAME},reason=Reconfigure"
+    ).items
+    messages = [e.message or "" for e in events]
+    assert any(f"-> k={raised}" in m for m in messages), messages
+    assert any(f"-> k={lowered}" in m for m in messages), messages
+    assert load.driver.completed > 0
+
+
+def _engine_k(speculative_config: str | None) -> int:
+    return (
+        0
+        if speculative_config is None
+        else int(json.loads(speculative_config)["num_speculative_tokens"])
+    )
+
+
+def _check_decision(status: Obj, k: int) -> None:
+    decision = status["lastDecision"]
+    assert decision["action"] == "Reconfigure", decision
+    assert decision["applied"] is True
+    assert decision["recommended"]["numSpeculativeTokens"] == k
+    assert status["speculativeConfig"]["numSpeculativeTokens"] == k
+    assert status["speculativeConfig"]["source"] == "Controller"
