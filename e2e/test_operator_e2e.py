@@ -1,0 +1,671 @@
+"""The operator on a real control plane: installed by its Helm chart, run with the chart's
+RBAC identity, driving real Deployments through the real controller-manager and scheduler.
+
+The chart is installed once for the module and the operator runs as a local process
+acting as the chart's ServiceAccount (its in-cluster Deployment sits on the fake CPU
+node, where kwok runs nothing). Each test then works on the example SpeculativeService.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+from harness import Kubectl, OperatorProcess, Phases, Wait
+from kubernetes import client
+
+from specops.api import GROUP, PLURAL, VERSION, parse_service
+from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
+from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "specops"
+CHART_CRD = CHART / "crds" / f"{GROUP}_{PLURAL}.yaml"
+EXAMPLE = REPO / "examples" / "llama.yaml"
+RELEASE = "specops"
+RELEASE_NAMESPACE = "specops-system"
+NAME = "llama"  # the example's name
+Obj = dict[str, Any]
+
+
+# -- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def phases(request: pytest.FixtureRequest) -> Iterator[Phases]:
+    """Phase timings, printed after the module's last test."""
+    timings = Phases()
+    yield timings
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("-", "operator e2e phase timings")
+        for line in timings.report():
+            reporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def release(request: pytest.FixtureRequest, phases: Phases) -> Iterator[Obj]:
+    """The chart, installed by the Helm library like `helm install --wait`; uninstalled after."""
+    with phases("control plane ready (session fixture)"):
+        cluster: ClusterInfo = request.getfixturevalue("cluster")
+    values = {"operator": {"clusterWide": True}}
+    with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=RELEASE_NAMESPACE) as cfg:
+        with phases("helm install (CRDs, RBAC, operator Deployment)"):
+            summary = cfg.install(
+                CHART, RELEASE, values, create_namespace=True, wait="watcher", timeout=90
+            )
+        try:
+            yield summary
+        finally:
+            cfg.uninstall(RELEASE, wait="watcher", timeout=60)
+
+
+def _manifest_objects(summary: Obj) -> list[Obj]:
+    return [doc for doc in yaml.safe_load_all(summary["manifest"]) if doc]
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(
+    cluster: ClusterInfo, release: Obj, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A kubeconfig acting as the ServiceAccount the chart created for the operator."""
+    (account,) = [o for o in _manifest_objects(release) if o["kind"] == "ServiceAccount"]
+    meta = account["metadata"]
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(service_account_kubeconfig(cluster.kubeconfig, meta["namespace"], meta["name"]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def operator(operator_kubeconfig: Path, phases: Phases) -> Iterator[OperatorProcess]:
+    """The real operator, running locally with the chart's RBAC identity; stopped after."""
+    process = OperatorProcess(operator_kubeconfig, operator_kubeconfig.with_name("operator.log"))
+    try:
+        with phases("operator start"):
+            process.start()
+        yield process
+    finally:
+        process.stop()
+
+
+# -- reading the cluster --------------------------------------------------------------
+
+
+def _example(namespace: str) -> Obj:
+    doc: Obj = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def _apply(kubectl: Kubectl, directory: Path, doc: Obj) -> None:
+    path = directory / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    kubectl("apply", "-f", str(path))
+
+
+def _service(api: client.ApiClient, namespace: str, name: str = NAME) -> Obj:
+    custom = client.CustomObjectsApi(api)
+    found: Obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return found
+
+
+def _deployment(api: client.ApiClient, namespace: str, name: str = NAME) -> Obj:
+    apps = client.AppsV1Api(api)
+    found: Obj = api.sanitize_for_serialization(apps.read_namespaced_deployment(name, namespace))
+    return found
+
+
+def _pods(api: client.ApiClient, namespace: str, name: str = NAME) -> list[client.V1Pod]:
+    """The service's pods that are not on their way out."""
+    selector = ",".join(f"{k}={v}" for k, v in child_labels(name).items())
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def _conditions(obj: Obj) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+
+
+def _engine_args(deployment: Obj) -> list[str]:
+    (engine,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
+    ]
+    return list(engine["args"])
+
+
+def _speculative_config(args: list[str]) -> Obj:
+    config: Obj = json.loads(args[args.index("--speculative-config") + 1])
+    return config
+
+
+def _pod_ready(pod: client.V1Pod) -> bool:
+    return pod.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
+    )
+
+
+def _converged(api: client.ApiClient, namespace: str) -> bool:
+    """The service, its Deployment and its pods all agree with the current spec."""
+    service = _service(api, namespace)
+    status = service.get("status", {})
+    want = service["spec"]["replicas"]
+    conditions = _conditions(service)
+    if status.get("observedGeneration") != service["metadata"]["generation"]:
+        return False
+    if status.get("readyReplicas") != want or conditions.get("Ready") != "True":
+        return False
+    try:
+        deployment = _deployment(api, namespace)
+    except client.ApiException:
+        return False
+    live = deployment["status"]
+    if (
+        deployment["spec"]["replicas"] != want
+        or live.get("observedGeneration", 0) < deployment["metadata"]["generation"]
+    ):
+        return False
+    if not want == live.get("replicas") == live.get("updatedReplicas") == live.get("readyReplicas"):
+        return False
+    pods = _pods(api, namespace)
+    args = _engine_args(deployment)
+    return len(pods) == want and all(
+        _pod_ready(p) and next(c for c in p.spec.containers if c.name == "vllm").args == args
+        for p in pods
+    )
+
+
+def _expected_hash(service: Obj) -> str:
+    """The render hash the operator must converge to for ``service`` as it is now."""
+    deployment = plan(parse_service(service), RenderOptions()).objects[0]
+    value: str = deployment["metadata"]["annotations"][HASH_ANNOTATION]
+    return value
+
+
+def _event_reasons(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace,
+        field_selector=f"involvedObject.kind=SpeculativeService,involvedObject.name={NAME}",
+    )
+    return [(e.reason, e.message) for e in events.items]
+
+
+def _table(output: str) -> list[dict[str, str]]:
+    """Rows of a kubectl table, cut at the header's column starts (empty cells stay empty)."""
+    header, *rows = output.splitlines()
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    names = [header[a:b].strip() for a, b in bounds]
+    return [{n: row[a:b].strip() for n, (a, b) in zip(names, bounds, strict=True)} for row in rows]
+
+
+@pytest.fixture
+def rollout(
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+    phases: Phases,
+) -> Callable[[], Obj]:
+    """Apply the example into the test's namespace and wait until it has rolled out."""
+
+    def run() -> Obj:
+        with phases("apply example -> 2 pods Ready"):
+            _apply(kubectl, tmp_path, _example(namespace))
+            wait(lambda: _converged(api_client, namespace), "the example to roll out")
+        return _service(api_client, namespace)
+
+    return run
+
+
+# -- 1, 2: the chart and the operator's identity ---------------------------------------
+
+
+def test_chart_installs_crd_rbac_and_the_operator_deployment(
+    release: Obj, api_client: client.ApiClient
+) -> None:
+    assert release["status"] == "deployed"
+    kinds = {o["kind"] for o in _manifest_objects(release)}
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"} <= kinds
+    extensions = client.ApiextensionsV1Api(api_client)
+    definition = extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    conditions = {c.type: c.status for c in definition.status.conditions}
+    assert conditions["Established"] == "True"
+    assert conditions["NamesAccepted"] == "True"
+    assert "NonStructuralSchema" not in conditions
+    assert definition.status.accepted_names.short_names == ["specsvc"]
+    # helm's wait: the chart's own operator pod is Ready (on the fake CPU node, running nothing).
+    deployment = client.AppsV1Api(api_client).read_namespaced_deployment(RELEASE, RELEASE_NAMESPACE)
+    assert deployment.status.ready_replicas == 1
+
+
+def _count_rules(schema: Any) -> int:
+    if isinstance(schema, dict):
+        own = len(schema.get("x-kubernetes-validations", []))
+        return own + sum(_count_rules(value) for value in schema.values())
+    if isinstance(schema, list):
+        return sum(_count_rules(item) for item in schema)
+    return 0
+
+
+def test_every_cel_rule_was_accepted_at_crd_creation(
+    release: Obj, api_client: client.ApiClient
+) -> None:
+    """The API server compiles each rule and checks its cost budget when the CRD is created;
+    what it stored is what the chart shipped."""
+    live = api_client.sanitize_for_serialization(
+        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    )
+    shipped = yaml.safe_load(CHART_CRD.read_text())
+    assert _count_rules(shipped) > 20
+    assert _count_rules(live["spec"]) == _count_rules(shipped["spec"])
+
+
+def test_operator_runs_as_the_charts_service_account_with_least_privilege(
+    operator: OperatorProcess, kubectl: Kubectl
+) -> None:
+    as_operator = ("--kubeconfig", str(operator.kubeconfig))
+    whoami = kubectl(*as_operator, "auth", "whoami", "-o", "json").stdout
+    user = json.loads(whoami)["status"]["userInfo"]["username"]
+    assert user == f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}"
+
+    def can(*action: str) -> bool:
+        answer = kubectl(*as_operator, "auth", "can-i", *action, check=False).stdout.strip()
+        return answer == "yes"
+
+    assert can("patch", "deployments.apps", "-A")
+    assert can("patch", "speculativeservices.specops.io", "--subresource=status", "-A")
+    assert can("create", "events", "-A")
+    assert not can("get", "secrets", "-A")
+    assert not can("create", "pods", "-A")
+    assert not can("delete", "speculativeservices.specops.io", "-A")
+
+
+# -- 3: the example, end to end ---------------------------------------------------------
+
+
+def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    namespace = "default"  # the example's own namespace: applied exactly as shipped
+    try:
+        with phases("apply example -> 2 pods Ready"):
+            kubectl("apply", "-f", str(EXAMPLE))
+            wait(lambda: _converged(api_client, namespace), "the example to roll out")
+        service = _service(api_client, namespace)
+        deployment = _deployment(api_client, namespace)
+
+        # The Deployment: vllm serve with the --speculative-config JSON, plus the sidecar.
+        template = deployment["spec"]["template"]["spec"]
+        assert [c["name"] for c in template["containers"]] == ["vllm", "specops-sidecar"]
+        config = _speculative_config(_engine_args(deployment))
+        assert config == {
+            "method": "eagle3",
+            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "num_speculative_tokens": 3,
+            "num_speculative_tokens_per_batch_size": [[1, 64, 3], [65, 128, 1], [129, 256, 0]],
+        }
+        assert json.loads(service["status"]["speculativeConfig"]["json"]) == config
+        assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+        assert deployment["metadata"]["annotations"][HASH_ANNOTATION] == _expected_hash(service)
+
+        # Owned children, collected with their owner.
+        owned = [
+            deployment,
+            api_client.sanitize_for_serialization(
+                client.CoreV1Api(api_client).read_namespaced_service(NAME, namespace)
+            ),
+            api_client.sanitize_for_serialization(
+                client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(
+                    f"{NAME}-pdb", namespace
+                )
+            ),
+        ]
+        for child in owned:
+            (owner,) = child["metadata"]["ownerReferences"]
+            assert (owner["kind"], owner["uid"]) == (
+                "SpeculativeService",
+                service["metadata"]["uid"],
+            )
+            assert owner["controller"] is True
+
+        # Pods went through the real scheduler onto the GPU nodes.
+        for pod in _pods(api_client, namespace):
+            assert pod.spec.node_name.startswith("kwok-gpu-")
+            engine = next(c for c in pod.spec.containers if c.name == "vllm")
+            assert engine.resources.limits[GPU_RESOURCE] == "1"
+
+        # Status: observed generation, replicas, conditions.
+        status = service["status"]
+        assert status["observedGeneration"] == service["metadata"]["generation"]
+        assert (status["replicas"], status["readyReplicas"]) == (2, 2)
+        assert _conditions(service) == {
+            "Ready": "True",
+            "Progressing": "False",
+            "Degraded": "False",
+            "SpeculationActive": "True",
+            "MetricsAvailable": "Unknown",
+        }
+
+        # kubectl get: the printer columns.
+        (row,) = _table(kubectl("get", "specsvc", NAME, "-n", namespace).stdout)
+        assert list(row) == ["NAME", "MODE", "K", "CONCURRENCY", "ACCEPTLEN", "READY", "AGE"]
+        assert (row["NAME"], row["MODE"], row["K"], row["READY"]) == (NAME, "Auto", "3", "True")
+        assert row["CONCURRENCY"] == row["ACCEPTLEN"] == ""  # no measurements yet
+
+        # kubectl explain: the descriptions of the models.
+        explained = " ".join(
+            kubectl("explain", "speculativeservice.spec.speculation").stdout.split()
+        )
+        schema = yaml.safe_load(CHART_CRD.read_text())["spec"]["versions"][0]["schema"][
+            "openAPIV3Schema"
+        ]
+        speculation = schema["properties"]["spec"]["properties"]["speculation"]
+        for field in (speculation, *speculation["properties"].values()):
+            assert " ".join(field["description"].split()) in explained
+
+        # kubectl scale, through the scale subresource, reaches the pods.
+        with phases("kubectl scale 2 -> 3 pods Ready"):
+            kubectl("scale", "specsvc", NAME, "-n", namespace, "--replicas=3")
+            wait(lambda: _converged(api_client, namespace), "3 ready replicas after the scale")
+        scale = json.loads(
+            kubectl(
+                "get", "specsvc", NAME, "-n", namespace, "--subresource=scale", "-o", "json"
+            ).stdout
+        )
+        assert scale["spec"]["replicas"] == scale["status"]["replicas"] == 3
+        assert scale["status"]["selector"] == _service(api_client, namespace)["status"]["selector"]
+    finally:
+        kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--timeout=60s")
+
+
+# -- 4: bad resources, refused by the API server ----------------------------------------
+
+
+def _changed(path: str, value: Any) -> Obj:
+    """The example's spec with the dotted ``path`` set to ``value`` (None removes it)."""
+    spec: Obj = copy.deepcopy(_example("default")["spec"])
+    *parents, leaf = path.split(".")
+    node = spec
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    if value is None:
+        node.pop(leaf)
+    else:
+        node[leaf] = value
+    return spec
+
+
+# (name, spec, the field the API server's message names, what it says about it)
+BAD: list[tuple[str, Obj, str, str]] = [
+    # CEL rules (x-kubernetes-validations), each reported at its own field
+    (
+        "k-initial-above-max",
+        _changed("speculation.numSpeculativeTokens", {"initial": 6, "min": 1, "max": 5}),
+        "spec.speculation.numSpeculativeTokens.initial",
+        "must lie between min and max; change initial or widen the range",
+    ),
+    (
+        "eagle3-without-draft",
+        _changed("speculation.draftModel", None),
+        "spec.speculation.draftModel",
+        "is required for methods dflash, draft_model, eagle, eagle3: set it",
+    ),
+    (
+        "ngram-with-draft",
+        _changed("speculation.method", "ngram"),
+        "spec.speculation.draftModel",
+        "must be unset for methods ngram, ngram_gpu, suffix",
+    ),
+    (
+        "owned-flag-in-extra-args",
+        _changed("engine.extraArgs", ["--enable-prefix-caching", "--port=9000"]),
+        "spec.engine.extraArgs",
+        "must not carry flags the operator sets",
+    ),
+    (
+        "tp-above-gpus",
+        _changed("engine.tensorParallelSize", 2),
+        "spec.engine.tensorParallelSize",
+        "must not exceed spec.engine.gpusPerPod",
+    ),
+    (
+        "gpu-in-resources",
+        _changed("engine.resources", {"limits": {"nvidia.com/gpu": 2}}),
+        "spec.engine.resources.limits",
+        "must not set nvidia.com/gpu: use spec.engine.gpusPerPod",
+    ),
+    (
+        "goodput-without-tpot",
+        _changed("policy", {"objective": "Goodput"}),
+        "spec.policy.tpotTargetMilliseconds",
+        "is required for objective Goodput",
+    ),
+    (
+        "overlapping-schedule",
+        _changed("speculation.initialSchedule.1.minBatchSize", 60),
+        "spec.speculation.initialSchedule",
+        "ranges must not overlap",
+    ),
+    (
+        "prometheus-without-url",
+        _changed("metrics", {"source": "Prometheus"}),
+        "spec.metrics.prometheusUrl",
+        "is required when source is Prometheus",
+    ),
+    # the structural schema: enums, bounds, required fields
+    (
+        "unknown-mode",
+        _changed("speculation.mode", "Sometimes"),
+        "spec.speculation.mode",
+        'Unsupported value: "Sometimes": supported values: "Auto", "Advise", "Fixed", "Off"',
+    ),
+    (
+        "negative-replicas",
+        _changed("replicas", -1),
+        "spec.replicas",
+        "should be greater than or equal to 0",
+    ),
+    (
+        "k-of-40",
+        _changed("speculation.numSpeculativeTokens", {"initial": 40, "max": 40}),
+        "spec.speculation.numSpeculativeTokens.initial",
+        "should be less than or equal to 32",
+    ),
+    ("empty-model", _changed("model", ""), "spec.model", "should be at least 1 chars long"),
+    ("missing-speculation", _changed("speculation", None), "spec.speculation", "Required value"),
+]
+
+
+def _bad_document(name: str, spec: Obj) -> Obj:
+    metadata = {"name": name, "namespace": "default"}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeService",
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
+def test_bad_resources_are_refused_by_the_api_server_naming_the_field(
+    release: Obj, kubectl: Kubectl, tmp_path: Path, phases: Phases
+) -> None:
+    """All bad objects in one `kubectl apply --dry-run=server`; each error names its object."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump_all([_bad_document(name, spec) for name, spec, _, _ in BAD]))
+    with phases("dry-run apply of the bad-spec table"):
+        result = kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
+    assert result.returncode != 0
+    assert result.stdout.strip() == ""  # not one was accepted
+    errors = {
+        name: line
+        for line in result.stderr.splitlines()
+        for name, _, _, _ in BAD
+        if f'SpeculativeService.specops.io "{name}" is invalid' in line
+    }
+    for name, _, field, message in BAD:
+        assert name in errors, f"{name}: no error in\n{result.stderr}"
+        assert f"{field}: " in errors[name], errors[name]
+        assert message in errors[name], errors[name]
+
+
+def test_unknown_fields_are_refused_by_strict_field_validation(
+    release: Obj, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(_bad_document("typo", _changed("engine.gpuPerPod", 2))))
+    result = kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
+    assert result.returncode != 0
+    assert 'strict decoding error: unknown field "spec.engine.gpuPerPod"' in result.stderr
+
+
+# -- 5: spec change rolls the pods; drift is reverted ------------------------------------
+
+
+def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
+    rollout: Callable[[], Obj],
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    namespace: str,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    rollout()
+    before = {p.metadata.name for p in _pods(api_client, namespace)}
+    assert not [r for r, _ in _event_reasons(api_client, namespace) if r in ("Updated", "Reverted")]
+
+    lowest_available = 2
+
+    def rolled() -> bool:
+        nonlocal lowest_available
+        available = _deployment(api_client, namespace)["status"].get("availableReplicas", 0)
+        lowest_available = min(lowest_available, available)
+        return _converged(api_client, namespace)
+
+    k_path = "/spec/speculation/initialSchedule/0/numSpeculativeTokens"
+    k_of_4 = json.dumps([{"op": "replace", "path": k_path, "value": 4}])
+    with phases("spec change (k 3 -> 4) -> pods rolled"):
+        kubectl("patch", "specsvc", NAME, "-n", namespace, "--type=json", "-p", k_of_4)
+        wait(rolled, "the pods to roll to k = 4")
+    deployment = _deployment(api_client, namespace)
+    assert _speculative_config(_engine_args(deployment))["num_speculative_tokens"] == 4
+    assert not before & {p.metadata.name for p in _pods(api_client, namespace)}
+    assert lowest_available == 2  # maxUnavailable: 0
+    service = _service(api_client, namespace)
+    assert service["status"]["speculativeConfig"]["numSpeculativeTokens"] == 4
+    assert deployment["metadata"]["annotations"][HASH_ANNOTATION] == _expected_hash(service)
+    assert ("Updated", f"Deployment {NAME} updated") in _event_reasons(api_client, namespace)
+
+    # Someone edits fields the operator owns: replicas and the rollout strategy.
+    drift = {"spec": {"replicas": 5, "strategy": {"rollingUpdate": {"maxUnavailable": 2}}}}
+    with phases("drift of the Deployment -> reverted"):
+        kubectl(
+            "patch", "deployment", NAME, "-n", namespace, "--type=merge", "-p", json.dumps(drift)
+        )
+
+        def reverted() -> bool:
+            spec = _deployment(api_client, namespace)["spec"]
+            return (
+                spec["replicas"] == 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+            )
+
+        wait(reverted, "the operator to revert the edit of its Deployment")
+        wait(lambda: _converged(api_client, namespace), "the service to settle after the revert")
+    assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
+
+
+# -- 7: the operator restarts mid-rollout -------------------------------------------------
+
+
+def test_operator_killed_mid_rollout_converges_after_restart(
+    rollout: Callable[[], Obj],
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    namespace: str,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    rollout()
+    old_hash = _deployment(api_client, namespace)["metadata"]["annotations"][HASH_ANNOTATION]
+
+    def patch(path: str, value: int) -> None:
+        change = [{"op": "replace", "path": path, "value": value}]
+        kubectl("patch", "specsvc", NAME, "-n", namespace, "--type=json", "-p", json.dumps(change))
+
+    k_path = "/spec/speculation/initialSchedule/0/numSpeculativeTokens"
+    try:
+        patch(k_path, 4)
+        wait(
+            lambda: (
+                _deployment(api_client, namespace)["metadata"]["annotations"][HASH_ANNOTATION]
+                != old_hash
+            ),
+            "the operator to write the new Deployment",
+        )
+        operator.kill()  # while the new pods roll
+        # Changes made while it is down must be picked up too.
+        patch(k_path, 5)
+        patch("/spec/replicas", 3)
+    finally:
+        with phases("operator restart"):
+            operator.start()
+    with phases("restart -> converged on the latest spec"):
+        wait(lambda: _converged(api_client, namespace), "convergence after the restart")
+    service = _service(api_client, namespace)
+    deployment = _deployment(api_client, namespace)
+    assert deployment["metadata"]["annotations"][HASH_ANNOTATION] == _expected_hash(service)
+    assert _speculative_config(_engine_args(deployment))["num_speculative_tokens"] == 5
+    assert service["status"]["speculativeConfig"]["numSpeculativeTokens"] == 5
+    assert len(_pods(api_client, namespace)) == 3
+
+
+# -- 6: deletion cascades ---------------------------------------------------------------
+
+
+def test_deleting_the_service_removes_everything_it_owns(
+    rollout: Callable[[], Obj],
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    namespace: str,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    """Last in the module: the garbage collector starts watching a new kind (the CRD the
+    chart just installed) only at its next discovery resync, every 30 s, so the first
+    cascade after the install waits for that; the tests before it shorten the wait."""
+    rollout()
+    selector = ",".join(f"{k}={v}" for k, v in child_labels(NAME).items())
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    policy = client.PolicyV1Api(api_client)
+    listings = {
+        "deployments": lambda: apps.list_namespaced_deployment(namespace, label_selector=selector),
+        "replicasets": lambda: apps.list_namespaced_replica_set(namespace, label_selector=selector),
+        "pods": lambda: core.list_namespaced_pod(namespace, label_selector=selector),
+        "services": lambda: core.list_namespaced_service(namespace, label_selector=selector),
+        "pdbs": lambda: policy.list_namespaced_pod_disruption_budget(
+            namespace, label_selector=selector
+        ),
+    }
+    assert all(listing().items for listing in listings.values())
+    with phases("kubectl delete (operator lets go)"):
+        kubectl("delete", "specsvc", NAME, "-n", namespace, "--timeout=60s")
+    with phases("owned objects collected"):
+        for kind, listing in listings.items():
+            wait(
+                lambda listing=listing: not listing().items,
+                f"the garbage collector to remove {kind}",
+            )
