@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -117,6 +118,10 @@ def demo(
         refresh_s=refresh,
     )
     console = Console(soft_wrap=not sys.stdout.isatty())
+    # Ctrl-C, and a SIGTERM from a supervisor, unwind the demo so it stops what it started
+    # (SIGINT too when started in the background, where the shell ignores it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         report = run_demo(options, console)
     except SpecopsError as exc:

@@ -22,7 +22,13 @@ from rich.console import Console
 from rich.live import Live
 
 from specops.bench import LoadTrace
-from specops.cluster import CacheLayout, ClusterOptions, Versions, running_cluster
+from specops.cluster import (
+    CacheLayout,
+    ClusterOptions,
+    LocalCluster,
+    Versions,
+    running_cluster,
+)
 from specops.demo._baselines import replay_baselines
 from specops.demo._cluster import ClusterView, engine_figures
 from specops.demo._errors import DemoError
@@ -43,6 +49,7 @@ __all__ = ["EXAMPLE", "run_demo"]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 _READY_TIMEOUT_S = 180.0
+_CLUSTER_PREFIX = "demo-"
 
 
 class _Steps:
@@ -64,6 +71,15 @@ class _Steps:
         took = time.monotonic() - started
         self.timings.append((step.title, took))
         self._console.print(f"done in {took:.1f} s", style="green")
+
+
+def _prune_abandoned(layout: CacheLayout) -> None:
+    """Remove the run directories of demos that were killed outright (their processes died
+    with them, being tied to them)."""
+    for run_dir in (layout.root / "run").glob(f"{_CLUSTER_PREFIX}*"):
+        owner = run_dir.name.removeprefix(_CLUSTER_PREFIX)
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            LocalCluster(ClusterOptions(name=run_dir.name), layout=layout).down()
 
 
 def _kubeconfig_of_current_context() -> Path:
@@ -161,8 +177,9 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
             if options.use_current_context:
                 kubeconfig = _kubeconfig_of_current_context()
             else:
+                _prune_abandoned(layout)
                 cluster = running_cluster(
-                    ClusterOptions(name=f"demo-{os.getpid()}"),
+                    ClusterOptions(name=f"{_CLUSTER_PREFIX}{os.getpid()}"),
                     layout=layout,
                     progress=lambda m: console.print(m, style="dim", highlight=False),
                 )
