@@ -38,14 +38,16 @@ def _deployment_conditions(deployment: Mapping[str, Any] | None, want: int) -> l
         if (c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded")
         or (c.get("type") == "ReplicaFailure" and c.get("status") == "True")
     ]
-    rolled_out = observed >= generation and updated >= want and total == want
+    # Complete only once the updated pods are also ready (as `kubectl rollout status`).
+    rolled_out = observed >= generation and updated >= want and total == want and ready >= want
+    progress = f"{updated}/{want} pods updated, {ready} ready"
     conditions = [
         _condition("Ready", "True", "AllReplicasReady", f"{ready}/{want} pods ready")
-        if ready >= want and rolled_out
-        else _condition("Ready", "False", "ReplicasNotReady", f"{ready}/{want} pods ready"),
-        _condition("Progressing", "False", "RolloutComplete", f"{updated}/{want} pods updated")
         if rolled_out
-        else _condition("Progressing", "True", "RollingOut", f"{updated}/{want} pods updated"),
+        else _condition("Ready", "False", "ReplicasNotReady", f"{ready}/{want} pods ready"),
+        _condition("Progressing", "False", "RolloutComplete", progress)
+        if rolled_out
+        else _condition("Progressing", "True", "RollingOut", progress),
     ]
     if failed:
         reason = failed[0].get("reason") or "DeploymentFailed"

@@ -62,6 +62,9 @@ def test_rollout_in_progress_and_failed_rollout() -> None:
     rolling = desired_status(service, plan(service, RenderOptions()), _deployment(2, 1), NOW)
     assert _conditions(rolling)["Progressing"] == ("True", "RollingOut")
     assert _conditions(rolling)["Ready"] == ("False", "ReplicasNotReady")
+    # All pods updated but none ready yet: still rolling out, not complete.
+    starting = desired_status(service, plan(service, RenderOptions()), _deployment(0, 2), NOW)
+    assert _conditions(starting)["Progressing"] == ("True", "RollingOut")
     stuck = _deployment(
         1,
         1,
