@@ -1,9 +1,10 @@
 """The operator on a real control plane: installed by its Helm chart, run with the chart's
 RBAC identity, driving real Deployments through the real controller-manager and scheduler.
 
-The chart is installed once for the module and the operator runs as a local process
-acting as the chart's ServiceAccount (its in-cluster Deployment sits on the fake CPU
-node, where kwok runs nothing). Each test then works on the example SpeculativeService.
+The chart is installed once for the module, cluster-wide (its ClusterRole) so that each
+test's fresh namespace is served, and the operator runs as a local process acting as the
+chart's ServiceAccount (the chart's own operator Deployment sits on the fake CPU node,
+where kwok runs nothing). Each test then works on the example SpeculativeService.
 """
 
 from __future__ import annotations
@@ -44,18 +45,18 @@ def phases(request: pytest.FixtureRequest) -> Iterator[Phases]:
     """Phase timings, printed after the module's last test."""
     timings = Phases()
     yield timings
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_sep("-", "operator e2e phase timings")
-        for line in timings.report():
-            reporter.write_line(line)
+    plugins = request.config.pluginmanager
+    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # shown without -s, also when all pass
+            reporter.write_sep("-", "operator e2e phase timings")
+            for line in timings.report():
+                reporter.write_line(line)
 
 
 @pytest.fixture(scope="module")
-def release(request: pytest.FixtureRequest, phases: Phases) -> Iterator[Obj]:
+def release(cluster: ClusterInfo, phases: Phases) -> Iterator[Obj]:
     """The chart, installed by the Helm library like `helm install --wait`; uninstalled after."""
-    with phases("control plane ready (session fixture)"):
-        cluster: ClusterInfo = request.getfixturevalue("cluster")
     values = {"operator": {"clusterWide": True}}
     with helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=RELEASE_NAMESPACE) as cfg:
         with phases("helm install (CRDs, RBAC, operator Deployment)"):
@@ -215,14 +216,13 @@ def rollout(
     tmp_path: Path,
     wait: Wait,
     phases: Phases,
-) -> Callable[[], Obj]:
+) -> Callable[[], None]:
     """Apply the example into the test's namespace and wait until it has rolled out."""
 
-    def run() -> Obj:
+    def run() -> None:
         with phases("apply example -> 2 pods Ready"):
             _apply(kubectl, tmp_path, _example(namespace))
             wait(lambda: _converged(api_client, namespace), "the example to roll out")
-        return _service(api_client, namespace)
 
     return run
 
@@ -359,6 +359,11 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
             "SpeculationActive": "True",
             "MetricsAvailable": "Unknown",
         }
+
+        # Events on the service say what the operator did.
+        created = {m for r, m in _event_reasons(api_client, namespace) if r == "Created"}
+        assert {f"Deployment {NAME} created", f"Service {NAME} created"} <= created
+        assert f"PodDisruptionBudget {NAME}-pdb created" in created
 
         # kubectl get: the printer columns.
         (row,) = _table(kubectl("get", "specsvc", NAME, "-n", namespace).stdout)
@@ -536,7 +541,7 @@ def test_unknown_fields_are_refused_by_strict_field_validation(
 
 
 def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
-    rollout: Callable[[], Obj],
+    rollout: Callable[[], None],
     api_client: client.ApiClient,
     kubectl: Kubectl,
     namespace: str,
@@ -591,7 +596,7 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
 
 
 def test_operator_killed_mid_rollout_converges_after_restart(
-    rollout: Callable[[], Obj],
+    rollout: Callable[[], None],
     api_client: client.ApiClient,
     kubectl: Kubectl,
     operator: OperatorProcess,
@@ -637,7 +642,7 @@ def test_operator_killed_mid_rollout_converges_after_restart(
 
 
 def test_deleting_the_service_removes_everything_it_owns(
-    rollout: Callable[[], Obj],
+    rollout: Callable[[], None],
     api_client: client.ApiClient,
     kubectl: Kubectl,
     namespace: str,
