@@ -28,16 +28,22 @@ __all__ = ["operator"]
     help="Liveness endpoint URL served by kopf.",
 )
 @click.option("--sidecar-image", default=RenderOptions.sidecar_image, show_default=True)
+@click.option("--verbose", is_flag=True, help="Log at debug level.")
+@click.option("--log-format", type=click.Choice(["full", "plain", "json"]), default="full")
 def operator(
     namespaces: tuple[str, ...],
     peering: str | None,
     metrics_port: int,
     liveness: str,
     sidecar_image: str,
+    verbose: bool,
+    log_format: str,
 ) -> None:
     """Reconcile SpeculativeServices into vLLM Deployments with the specops sidecar."""
     import specops_operator._handlers  # noqa: F401  (registers the handlers)
 
+    # kopf.run does not set up logging itself; without this a failing operator is silent.
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if metrics_port:
         prometheus_client.start_http_server(metrics_port)
     kopf.run(
