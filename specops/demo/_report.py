@@ -60,6 +60,10 @@ def decisions_of(snapshots: Sequence[Snapshot]) -> tuple[DecisionView, ...]:
     return tuple(seen.values())
 
 
+# Event reasons of a change of speculative config (the rest repeat the decisions above).
+_CHANGE_EVENTS = ("Reconfigure", "Rollback")
+
+
 def _runs(decisions: Sequence[DecisionView]) -> list[tuple[DecisionView, int]]:
     """Consecutive decisions with the same action and code as one: the first, and how many."""
     runs: list[tuple[DecisionView, int]] = []
@@ -134,10 +138,13 @@ def markdown(record: RunRecord, plots: Sequence[Path]) -> str:
         lines.append("Speculative config of the Deployment over the run: ")
         lines.append(", ".join(f"{config} from {at:.0f} s" for at, config in changes) + ".")
         lines.append("")
-    if record.events:
-        lines += ["Events on the SpeculativeService:", ""]
-        lines += [f"- {e.time} {e.reason}: {_escape(e.message)}" for e in record.events]
-        lines.append("")
+    changing = [e for e in record.events if e.reason in _CHANGE_EVENTS]
+    lines += [
+        f"Events on the SpeculativeService: {len(record.events)}; those of its changes:",
+        "",
+        *(f"- {e.time} {e.reason}: {_escape(e.message)}" for e in changing),
+        "",
+    ]
     measured = record.measured
     restarts = sum(1 for d in every if d.applied and d.action != "Keep")
     lines += [

@@ -76,7 +76,10 @@ def _baseline(name: str, tpot: float, rate: float) -> Baseline:
 RECORD = RunRecord(
     trace=TRACE,
     snapshots=SNAPSHOTS,
-    events=(EventView("10:01:00", "Reconfigure", "k 3 -> 5"),),
+    events=(
+        EventView("10:00:30", "Keep", "AlreadyBest: k=3 is the best config"),
+        EventView("10:01:00", "Reconfigure", "k 3 -> 5"),
+    ),
     measured=Measured(mean_tpot_s=0.0071, throughput=4321.0, completed=900, failed=2),
     baselines=(_baseline("off", 0.0108, 4133.0), _baseline("static k=3", 0.0068, 6692.0)),
     timings=(("Start the local Kubernetes control plane", 4.6),),
@@ -99,7 +102,9 @@ def test_report_lists_changes_figures_and_says_the_baselines_are_simulated() -> 
         in text
     )
     assert "k=3 from 0 s, k=5 from 60 s." in text
+    assert "Events on the SpeculativeService: 2; those of its changes:" in text
     assert "- 10:01:00 Reconfigure: k 3 -> 5" in text
+    assert "AlreadyBest: k=3 is the best config" not in text
     assert "| specops, live (real processes, measured) | 7.10 | - | 4321 | 1 |" in text
     assert "| off (simulated) | 10.80 | 12.96 | 4133 | 0 |" in text
     assert "| static k=3 (simulated) | 6.80 | 8.16 | 6692 | 0 |" in text
