@@ -255,9 +255,10 @@ async def control_tick(
     if service.status is None or service.status.speculative_config is None:
         return options.rollout_poll_s  # not reconciled yet
     due_in = _wait(service, options, now)
-    if due_in > 0:
-        return due_in
     spec = apply_defaults(service.spec)
+    if due_in > 0:
+        every = await options.source.sample(namespace, name, spec)
+        return due_in if every is None else min(due_in, every)
     wanted = plan(service, render)
     desired = next(o for o in wanted.objects if o["kind"] == "Deployment")
     live = await asyncio.to_thread(kube.get, desired)

@@ -8,7 +8,9 @@ source (the seam), the way httpx's MockTransport replaces the network.
 - Direct: GET ``http://<podIP>:9090/v1/observation`` of every Ready pod, concurrently.
 - Prometheus: the service's vLLM series (labels ``namespace`` and ``service``, which the
   PodMonitor sets) read by the sidecar's own Prometheus source and estimator, kept per
-  service between ticks so the windows fill up.
+  service between ticks so the windows fill up. A window needs many samples of the
+  running-request gauge, so the loop calls :meth:`ObservationSource.sample` at the scrape
+  interval between decisions; a sidecar samples by itself, so the direct source does not.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class ObservationSource(Protocol):
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched: ...
 
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+        """Take one reading between decisions; the seconds until the next, None if not needed."""
+        ...
+
 
 def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodTarget]:
     """The pods that are Ready, have an IP and are not being deleted."""
@@ -108,6 +114,9 @@ class DirectSource:
             raise unexpected[0]
         return Fetched(observations, failures)
 
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+        return None
+
 
 class PrometheusServiceSource:
     """Polls Prometheus once per tick for each service and keeps its readings in between."""
@@ -141,6 +150,10 @@ class PrometheusServiceSource:
             found = self._services[key] = Sidecar(source, config, clock=self._clock)
         return found
 
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+        await self._sidecar(namespace, name, spec).poll()
+        return float(spec.metrics.scrape_interval_seconds)
+
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched:
@@ -162,6 +175,12 @@ class Observer:
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched:
+        return await self._for(spec).fetch(namespace, name, spec, pods)
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+        return await self._for(spec).sample(namespace, name, spec)
+
+    def _for(self, spec: SpeculativeServiceSpec) -> ObservationSource:
         if spec.metrics.source == "Prometheus":
-            return await self._prometheus.fetch(namespace, name, spec, pods)
-        return await self._direct.fetch(namespace, name, spec, pods)
+            return self._prometheus
+        return self._direct

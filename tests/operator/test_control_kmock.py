@@ -41,9 +41,14 @@ class FakeCluster:
         self.running: list[float] = [2.0] * 40
         self.status = EstimateStatus.OK
         self.fetches = 0
+        self.samples = 0
 
     def now(self) -> float:
         return time.time() + self.offset
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+        self.samples += 1
+        return None
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]

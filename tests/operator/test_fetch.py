@@ -128,3 +128,30 @@ async def test_a_failing_prometheus_is_a_failure_not_an_exception() -> None:
         fetched = await Observer(client).fetch("ml", "llama", spec, [])
     assert "PromQL error (bad_data): parse error" in fetched.failures[0]
     assert fetched.observations[0].status.value == "unknown"
+
+
+async def test_samples_between_decisions_fill_the_prometheus_window() -> None:
+    now = 1_000_000.0
+    answers = iter(
+        [_matrix(now - 30, 4, 100), _matrix(now - 20, 6, 200), _matrix(now - 10, 8, 300)]
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=json.dumps(next(answers)))
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090", scrapeIntervalSeconds=10)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        observer = Observer(client, clock=lambda: now)
+        assert await observer.sample("ml", "llama", spec) == 10.0
+        assert await observer.sample("ml", "llama", spec) == 10.0
+        fetched = await observer.fetch("ml", "llama", spec, [])
+    (window,) = fetched.observations[0].windows
+    assert window.readings == 3
+
+
+async def test_sidecars_sample_themselves() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"no request expected, got {request.url}")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        assert await Observer(client).sample("ml", "llama", _spec()) is None
