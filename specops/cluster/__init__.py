@@ -2,7 +2,8 @@
 
 kube-apiserver, kube-controller-manager and kube-scheduler are built from the Go
 modules of ``k8s.io/kubernetes`` and cached by version outside the repository; etcd
-comes from the system; kwok plays the nodes (fake GPU nodes whose pods become Ready).
+comes from the system; kwok plays the nodes (fake GPU nodes whose pods become Ready;
+the pods of a SpeculativeService only once the pod runner says their engine answers).
 """
 
 from specops.cluster._access import service_account_kubeconfig, user_kubeconfig
@@ -15,13 +16,21 @@ from specops.cluster._cluster import (
     LocalCluster,
     running_cluster,
 )
-from specops.cluster._config import GPU_RESOURCE, GPU_TAINT, KWOK_NODE_ANNOTATION
+from specops.cluster._config import (
+    ENGINE_READY_ANNOTATION,
+    GPU_RESOURCE,
+    GPU_TAINT,
+    KWOK_NODE_ANNOTATION,
+    SERVED_POD_LABEL,
+)
 from specops.cluster._layout import CacheLayout, RunFiles, Versions
 
 __all__ = [
+    "ENGINE_READY_ANNOTATION",
     "GPU_RESOURCE",
     "GPU_TAINT",
     "KWOK_NODE_ANNOTATION",
+    "SERVED_POD_LABEL",
     "CacheLayout",
     "ClusterInfo",
     "ClusterOptions",

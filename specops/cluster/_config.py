@@ -9,6 +9,15 @@ GPU node policy: fake GPU nodes carry the taint ``nvidia.com/gpu=present:NoSched
 ``nvidia.com/gpu`` the matching toleration. GPU pods therefore land on GPU nodes with
 no kwok-specific toleration in their spec, and pods without GPUs go to the untainted
 CPU node.
+
+Pod readiness: kwok's own ``pod-ready`` stage marks a pod Ready as soon as it is
+scheduled. Pods labelled ``specops.io/service`` run a (simulated) engine that takes a
+while to load, and a real kubelet holds them back by their startup and readiness probes
+on ``/health``; without that, a rolling update deletes the old pods before the new
+engines answer and the service has no capacity. So those pods are left to stages of
+our own: they start Running and not Ready, and their Ready condition then follows the
+``specops.io/engine-ready`` annotation, which the pod runner sets from its probes.
+Every other pod keeps kwok's behaviour.
 """
 
 from __future__ import annotations
@@ -21,11 +30,14 @@ from typing import Any
 import yaml
 
 from specops.cluster._layout import RunFiles
+from specops.errors import ClusterError
 
 __all__ = [
+    "ENGINE_READY_ANNOTATION",
     "GPU_RESOURCE",
     "GPU_TAINT",
     "KWOK_NODE_ANNOTATION",
+    "SERVED_POD_LABEL",
     "SERVICE_CIDR",
     "Binaries",
     "ClientCredentials",
@@ -34,6 +46,7 @@ __all__ = [
     "fake_node",
     "kwok_config",
     "render_kubeconfig",
+    "served_pod_stages",
     "startup_waves",
 ]
 
@@ -43,6 +56,8 @@ SERVICE_IP = "10.96.0.1"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+SERVED_POD_LABEL = "specops.io/service"
+ENGINE_READY_ANNOTATION = "specops.io/engine-ready"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 _NODE_LEASE_SECONDS = 40
 
@@ -238,9 +253,148 @@ def render_kubeconfig(server: str, ca_pem: bytes, user: str, credentials: Client
     return yaml.safe_dump(config, sort_keys=False)
 
 
+_KWOK_POD_READY = "pod-ready"
+_SERVED = {"key": f'.metadata.labels["{SERVED_POD_LABEL}"]', "operator": "Exists"}
+_NOT_SERVED = {**_SERVED, "operator": "DoesNotExist"}
+_NOT_DELETING = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+_READY_CONDITION = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+_ENGINE_READY = f'.metadata.annotations["{ENGINE_READY_ANNOTATION}"]'
+
+# One status for every stage of a served pod, steered by $start (the pod leaves Pending:
+# Initialized, addresses, phase, start time, as kwok's pod-ready sets them) and $ready
+# (what the engine's probes said). containerStatuses is not merged by name, so each
+# container is written whole; its startedAt stays the pod's start time.
+_SERVED_POD_STATUS = """\
+{{ $now := Now }}
+{{ $started := or .status.startTime $now }}
+conditions:
+{{ if $start }}
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+{{ end }}
+- lastTransitionTime: {{ $now | Quote }}
+  reason: {{ if $ready }}""{{ else }}ContainersNotReady{{ end }}
+  status: {{ if $ready }}"True"{{ else }}"False"{{ end }}
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  reason: {{ if $ready }}""{{ else }}ContainersNotReady{{ end }}
+  status: {{ if $ready }}"True"{{ else }}"False"{{ end }}
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: {{ $ready }}
+  restartCount: 0
+  started: true
+  state:
+    running:
+      startedAt: {{ $started | Quote }}
+{{ end }}
+{{ if $start }}
+{{ with NodeIPsWith .spec.nodeName }}
+hostIP: {{ index . 0 | Quote }}
+hostIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+{{ with PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) \
+( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ index . 0 | Quote }}
+podIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+{{ end }}
+"""
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the templates) as literal blocks, for a readable file."""
+
+
+def _literal_blocks(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    )
+
+
+_BlockDumper.add_representer(str, _literal_blocks)
+
+
+def _served_pod_stage(
+    name: str, expressions: list[dict[str, Any]], *, start: bool, ready: bool
+) -> dict[str, Any]:
+    flags = f"{{{{ $start := {str(start).lower()} }}}}{{{{ $ready := {str(ready).lower()} }}}}\n"
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {"matchExpressions": [_SERVED, _NOT_DELETING, *expressions]},
+            "next": {"statusTemplate": flags + _SERVED_POD_STATUS},
+        },
+    }
+
+
+def served_pod_stages() -> tuple[dict[str, Any], ...]:
+    """kwok Stages for pods labelled ``specops.io/service``: scheduled pods start Running
+    and not Ready; then Ready follows the ``specops.io/engine-ready`` annotation ("true"
+    is Ready, anything else or none is not), as a readiness probe would."""
+    running = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
+    engine_ready = {"key": _ENGINE_READY, "operator": "In", "values": ["true"]}
+    pod_ready = {"key": _READY_CONDITION, "operator": "In", "values": ["True"]}
+    return (
+        _served_pod_stage(
+            "specops-pod-start",
+            [{"key": ".status.phase", "operator": "In", "values": ["Pending"]}],
+            start=True,
+            ready=False,
+        ),
+        _served_pod_stage(
+            "specops-engine-ready",
+            [running, engine_ready, {**pod_ready, "operator": "NotIn"}],
+            start=False,
+            ready=True,
+        ),
+        _served_pod_stage(
+            "specops-engine-unready",
+            [running, {**engine_ready, "operator": "NotIn"}, pod_ready],
+            start=False,
+            ready=False,
+        ),
+    )
+
+
+def _leave_served_pods(stage: dict[str, Any]) -> dict[str, Any]:
+    """kwok's pod-ready stage, no longer matching the pods ``served_pod_stages`` handle."""
+    selector = stage["spec"].get("selector", {})
+    expressions = [*selector.get("matchExpressions", []), _NOT_SERVED]
+    spec = {**stage["spec"], "selector": {**selector, "matchExpressions": expressions}}
+    return {**stage, "spec": spec}
+
+
 def kwok_config(stage_documents: tuple[str, ...]) -> str:
-    """kwok's ``--config`` file: its Stage documents, one YAML stream."""
-    return "---\n".join(doc if doc.endswith("\n") else doc + "\n" for doc in stage_documents)
+    """kwok's ``--config`` file: its Stage documents, one YAML stream, with kwok's
+    ``pod-ready`` stage leaving the served pods to :func:`served_pod_stages`."""
+    stages = [yaml.safe_load(doc) for doc in stage_documents]
+    names = [stage.get("metadata", {}).get("name") for stage in stages]
+    if _KWOK_POD_READY not in names:
+        raise ClusterError(
+            f"kwok's stage configs have no {_KWOK_POD_READY!r} stage (found {names}); "
+            "the kwok version's kustomize/stage/pod/fast tree has changed"
+        )
+    adjusted = [
+        _leave_served_pods(stage) if name == _KWOK_POD_READY else stage
+        for stage, name in zip(stages, names, strict=True)
+    ]
+    return yaml.dump_all([*adjusted, *served_pod_stages()], Dumper=_BlockDumper, sort_keys=False)
 
 
 def fake_node(name: str, gpus: int) -> dict[str, Any]:

@@ -4,12 +4,20 @@ kwok's fake nodes run nothing. The pod runner gives each scheduled pod of a
 SpeculativeService local processes built from the pod's own containers (``vllm serve``
 becomes ``specops sim serve`` with the same flags; the sidecar keeps its own), a
 Prometheus file_sd target per process labelled with the pod's namespace and name, and a
-round-robin proxy per service, and stops them when the pod goes.
+round-robin proxy per service, and stops them when the pod goes. Its probes decide when
+kwok marks a pod Ready (the ``specops.io/engine-ready`` annotation).
 """
 
 from specops.podrunner._errors import PodRunnerError
 from specops.podrunner._kube import KubePodSource
-from specops.podrunner._plan import Actions, Running, plan_actions, restart_backoff_s, wanted_pods
+from specops.podrunner._plan import (
+    Actions,
+    Running,
+    plan_actions,
+    readiness_marks,
+    restart_backoff_s,
+    wanted_pods,
+)
 from specops.podrunner._pods import (
     SERVICE_LABEL,
     Container,
@@ -72,6 +80,7 @@ __all__ = [
     "plan_actions",
     "prometheus_config",
     "read_state",
+    "readiness_marks",
     "restart_backoff_s",
     "wanted_pods",
 ]

@@ -1,4 +1,5 @@
-"""The API server as a :class:`PodSource`: the labelled pods and the fake nodes, as JSON."""
+"""The API server as a :class:`PodSource`: the labelled pods and the fake nodes, as JSON,
+and the engine-ready annotation written back."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from specops.cluster import KWOK_NODE_ANNOTATION
+from specops.cluster import ENGINE_READY_ANNOTATION, KWOK_NODE_ANNOTATION
 from specops.podrunner._errors import PodRunnerError
-from specops.podrunner._pods import SERVICE_LABEL
+from specops.podrunner._pods import SERVICE_LABEL, PodKey
 
 __all__ = ["KubePodSource"]
 
@@ -53,6 +54,25 @@ class KubePodSource:
             for n in nodes
             if n["metadata"].get("annotations", {}).get(key) == value
         )
+
+    def mark_engine_ready(self, key: PodKey, ready: bool) -> None:
+        # The uid in the patch makes the API server refuse it for a namesake pod.
+        body = {
+            "metadata": {
+                "uid": key.uid,
+                "annotations": {ENGINE_READY_ANNOTATION: "true" if ready else "false"},
+            }
+        }
+        try:
+            self._core.patch_namespaced_pod(
+                key.name,
+                key.namespace,
+                body,
+                _content_type="application/merge-patch+json",
+                _request_timeout=_REQUEST_TIMEOUT_S,
+            )
+        except (ApiException, HTTPError, OSError) as exc:
+            raise PodRunnerError(f"cannot annotate pod {key}: {exc}") from exc
 
     def close(self) -> None:
         self._api.close()

@@ -4,7 +4,9 @@ Each pass compares the pods the API server reports with the processes the runner
 so a missed event or a runner restart does no harm. A pod is wanted while it is scheduled
 on one of the fake nodes, carries the ``specops.io/service`` label and is neither
 terminating nor finished. A pod whose processes died is restarted after a doubling
-back-off, as the kubelet restarts a crashing container.
+back-off, as the kubelet restarts a crashing container. A pod's readiness goes back to
+the API server as the ``specops.io/engine-ready`` annotation, which kwok's stages turn
+into the pod's Ready condition (see ``specops.cluster``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,17 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from specops.cluster import ENGINE_READY_ANNOTATION
 from specops.podrunner._pods import Pod, PodKey
 
-__all__ = ["Actions", "Running", "plan_actions", "restart_backoff_s", "wanted_pods"]
+__all__ = [
+    "Actions",
+    "Running",
+    "plan_actions",
+    "readiness_marks",
+    "restart_backoff_s",
+    "wanted_pods",
+]
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 _BACKOFF_BASE_S = 5.0
@@ -77,4 +87,21 @@ def plan_actions(
         start=tuple(sorted(set(wanted) - set(running))),
         stop=tuple(sorted(set(running) - set(wanted))),
         restart=restart,
+    )
+
+
+def readiness_marks(
+    pods: Iterable[Pod], ready: Mapping[PodKey, bool]
+) -> tuple[tuple[PodKey, bool], ...]:
+    """The pods whose ``specops.io/engine-ready`` annotation disagrees with what their
+    probes say (``ready``), with the value to write. Only "true" means Ready, so a pod
+    without the annotation is written once it turns ready, and "false" only replaces a
+    "true"; pods not in ``ready`` are left alone."""
+    return tuple(
+        sorted(
+            (pod.key, ready[pod.key])
+            for pod in pods
+            if pod.key in ready
+            and (pod.metadata.annotations.get(ENGINE_READY_ANNOTATION) == "true") != ready[pod.key]
+        )
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specops.cluster import SERVED_POD_LABEL
 from specops.podrunner._errors import PodRunnerError
 
 __all__ = [
@@ -27,7 +28,8 @@ __all__ = [
     "parse_pod",
 ]
 
-SERVICE_LABEL = "specops.io/service"
+# The label kwok's stages key on too: pods carrying it get their readiness from the runner.
+SERVICE_LABEL = SERVED_POD_LABEL
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _LABEL_REF = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")

@@ -8,9 +8,11 @@ pass it probes every engine's ``/health`` and sidecar's ``/healthz``, rewrites t
 targets of the Prometheus it may have started, serves a round-robin proxy per service,
 and writes the state file.
 
-Readiness stays kwok's: kwok marks pods Ready by its stage whether or not the engine
-answers, so a Deployment rolls on at kwok's pace. The runner's own view of readiness
-(``ready`` in the state file, and which engines a proxy uses) is the health probe.
+Those probes are the pods' readiness probes: a pod is ready once all its processes
+answer. The runner writes that to the pod as the ``specops.io/engine-ready`` annotation,
+and kwok's stages for these pods turn it into the Ready condition, so a Deployment rolls
+on only as fast as new engines load, as the kubelet's probes make it on a real node. The
+same view picks the engines a service's proxy uses and is ``ready`` in the state file.
 
 Every child runs in a session of its own and gets SIGTERM if the runner's thread dies
 (``PR_SET_PDEATHSIG``); ``run`` stops them all on the way out, whatever the reason.
@@ -40,7 +42,7 @@ import aiohttp
 from aiohttp import web
 
 from specops.podrunner._errors import PodRunnerError
-from specops.podrunner._plan import Running, plan_actions, wanted_pods
+from specops.podrunner._plan import Running, plan_actions, readiness_marks, wanted_pods
 from specops.podrunner._pods import Pod, PodKey, parse_pod
 from specops.podrunner._prometheus import file_sd_targets, prometheus_config
 from specops.podrunner._proxy import build_proxy_app
@@ -98,6 +100,10 @@ class PodSource(Protocol):
 
     def nodes(self) -> frozenset[str]:
         """The names of the fake nodes whose pods the runner runs."""
+        ...
+
+    def mark_engine_ready(self, key: PodKey, ready: bool) -> None:
+        """Set the pod's ``specops.io/engine-ready`` annotation; raises PodRunnerError."""
         ...
 
 
@@ -221,6 +227,7 @@ class PodRunner:
         self._failed = {k: e for k, e in self._failed.items() if k in listed_keys}
         await self._sync_proxies(session)
         await self._probe(session)
+        await self._mark_readiness(pods)
         self._write_targets()
         self._write_state()
 
@@ -325,6 +332,18 @@ class PodRunner:
             held.ready = all(results)
 
         await asyncio.gather(*(probe(held) for held in self._pods.values()))
+
+    async def _mark_readiness(self, pods: Sequence[Pod]) -> None:
+        """Tell the API server which pods are ready; a pod that failed to run is not."""
+        ready = {key: held.ready for key, held in self._pods.items()}
+        ready |= dict.fromkeys(self._failed, False)
+        for key, value in readiness_marks(pods, ready):
+            try:
+                await asyncio.to_thread(self.source.mark_engine_ready, key, value)
+            except PodRunnerError as exc:
+                _log.warning("%s (retrying on the next pass)", exc)
+                continue
+            _log.info("%s: %s", key, "ready" if value else "not ready")
 
     # -- proxies -------------------------------------------------------------------
     def _ready_engines(self, namespace: str, service: str) -> list[str]:

@@ -1,15 +1,18 @@
-"""Command lines, kubeconfigs and node manifests of the local cluster."""
+"""Command lines, kubeconfigs, node manifests and kwok stages of the local cluster."""
 
 from __future__ import annotations
 
 import base64
 import re
 from pathlib import Path
+from typing import Any
 
+import jq
 import pytest
 import yaml
 
 from specops.cluster._config import (
+    ENGINE_READY_ANNOTATION,
     GPU_RESOURCE,
     GPU_TAINT,
     Binaries,
@@ -21,6 +24,7 @@ from specops.cluster._config import (
     startup_waves,
 )
 from specops.cluster._layout import RunFiles
+from specops.errors import ClusterError
 
 BINS = Binaries(*(Path(f"/opt/{n}") for n in ("etcd", "apiserver", "kcm", "scheduler", "kwok")))
 PORTS = Ports(41001, 41002, 41003, 41004, 41005, 41006)
@@ -128,7 +132,134 @@ def test_cpu_node_has_no_gpus_and_no_taint() -> None:
     assert "nvidia.com/gpu.present" not in node["metadata"]["labels"]
 
 
+# The selectors of kwok's own pod stages (kustomize/stage/pod/fast), templates left out.
+KWOK_POD_STAGES = (
+    """
+kind: Stage
+metadata: {name: pod-ready}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .metadata.deletionTimestamp, operator: DoesNotExist}
+    - {key: .status.phase, operator: In, values: [Pending]}
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ['True']
+  next: {statusTemplate: 'phase: Running'}
+""",
+    """
+kind: Stage
+metadata: {name: pod-delete}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .metadata.deletionTimestamp, operator: Exists}
+  next: {delete: true}
+""",
+)
+
+
+def _kwok_matches(expression: dict[str, Any], obj: dict[str, Any]) -> bool:
+    """One match expression, evaluated as kwok does (pkg/utils/expression/selector.go): a
+    jq query, where an error, no result or only nulls is absent and values compare as
+    strings."""
+    try:
+        results = jq.compile(expression["key"]).input_value(obj).all()
+    except ValueError:  # kwok reads a query that fails (iterating null) as absent
+        results = []
+    present = [r for r in results if r is not None]
+    texts = {str(r).lower() if isinstance(r, bool) else str(r) for r in present}
+    hit = bool(texts & set(expression.get("values", [])))
+    return {
+        "Exists": bool(present),
+        "DoesNotExist": not present,
+        "In": hit,
+        "NotIn": not hit,
+    }[expression["operator"]]
+
+
+def _stages_for(obj: dict[str, Any]) -> list[str]:
+    stages = yaml.safe_load_all(kwok_config(KWOK_POD_STAGES))
+    return [
+        stage["metadata"]["name"]
+        for stage in stages
+        if all(_kwok_matches(e, obj) for e in stage["spec"]["selector"]["matchExpressions"])
+    ]
+
+
+def _pod(
+    *,
+    served: bool = True,
+    phase: str = "Pending",
+    ready: str | None = None,
+    engine: str | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "labels": {"app": "x"}}
+    if served:
+        metadata["labels"]["specops.io/service"] = "llama"
+    if engine is not None:
+        metadata["annotations"] = {ENGINE_READY_ANNOTATION: engine}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"phase": phase}
+    if ready is not None:
+        status["conditions"] = [{"type": "Initialized", "status": "True"}]
+        status["conditions"].append({"type": "Ready", "status": ready})
+    return {"metadata": metadata, "spec": {"containers": []}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("pod", "stages"),
+    [
+        (_pod(served=False), ["pod-ready"]),
+        (_pod(served=False, phase="Running", ready="True"), []),
+        (_pod(served=False, deleting=True), ["pod-delete"]),
+        (_pod(), ["specops-pod-start"]),
+        (_pod(engine="true"), ["specops-pod-start"]),
+        (_pod(phase="Running", ready="False"), []),
+        (_pod(phase="Running", ready="False", engine="false"), []),
+        (_pod(phase="Running", ready="False", engine="true"), ["specops-engine-ready"]),
+        (_pod(phase="Running", ready="True", engine="true"), []),
+        (_pod(phase="Running", ready="True", engine="false"), ["specops-engine-unready"]),
+        (_pod(phase="Running", ready="True"), ["specops-engine-unready"]),
+        (_pod(phase="Running", ready="True", deleting=True), ["pod-delete"]),
+    ],
+)
+def test_served_pods_are_ready_only_while_their_engine_is(
+    pod: dict[str, Any], stages: list[str]
+) -> None:
+    assert _stages_for(pod) == stages
+
+
+def test_served_pod_stages_start_running_then_follow_readiness() -> None:
+    by_name = {s["metadata"]["name"]: s for s in yaml.safe_load_all(kwok_config(KWOK_POD_STAGES))}
+    start, ready, unready = (
+        by_name[n]["spec"]["next"]["statusTemplate"]
+        for n in ("specops-pod-start", "specops-engine-ready", "specops-engine-unready")
+    )
+    assert start.startswith("{{ $start := true }}{{ $ready := false }}\n")
+    assert ready.startswith("{{ $start := false }}{{ $ready := true }}\n")
+    assert unready.startswith("{{ $start := false }}{{ $ready := false }}\n")
+    assert "phase: Running" in start
+
+
 def test_kwok_config_is_one_stream_of_all_stages() -> None:
-    docs = ("kind: Stage\nmetadata: {name: a}", "kind: Stage\nmetadata: {name: b}\n")
-    loaded = list(yaml.safe_load_all(kwok_config(docs)))
-    assert [d["metadata"]["name"] for d in loaded] == ["a", "b"]
+    loaded = list(
+        yaml.safe_load_all(kwok_config(("kind: Stage\nmetadata: {name: a}", *KWOK_POD_STAGES)))
+    )
+    assert [d["metadata"]["name"] for d in loaded] == [
+        "a",
+        "pod-ready",
+        "pod-delete",
+        "specops-pod-start",
+        "specops-engine-ready",
+        "specops-engine-unready",
+    ]
+
+
+def test_kwok_config_without_kwoks_pod_ready_stage_is_refused() -> None:
+    with pytest.raises(ClusterError, match="no 'pod-ready' stage"):
+        kwok_config(("kind: Stage\nmetadata: {name: a}",))

@@ -1,9 +1,10 @@
-"""Desired against running: start, stop, and restart after a back-off."""
+"""Desired against running: start, stop, and restart after a back-off; readiness marks."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from specops.cluster import ENGINE_READY_ANNOTATION
 from specops.podrunner import (
     SERVICE_LABEL,
     Actions,
@@ -11,6 +12,7 @@ from specops.podrunner import (
     Running,
     parse_pod,
     plan_actions,
+    readiness_marks,
     restart_backoff_s,
     wanted_pods,
 )
@@ -73,3 +75,38 @@ def test_a_dead_pod_that_is_no_longer_wanted_is_stopped_not_restarted() -> None:
     key = PodKey("ns", "p", "u")
     actions = plan_actions(set(), {key: Running(alive=False, exited_at=0.0)}, now=1e6)
     assert actions == Actions(stop=(key,))
+
+
+def _marked(name: str, value: str | None) -> Any:
+    annotations = {} if value is None else {ENGINE_READY_ANNOTATION: value}
+    return parse_pod(_pod(name, annotations=annotations))
+
+
+def test_readiness_is_written_only_where_the_annotation_disagrees_with_the_probes() -> None:
+    pods = [
+        _marked("loading", None),
+        _marked("loaded", None),
+        _marked("ready", "true"),
+        _marked("died", "true"),
+        _marked("still-dead", "false"),
+        _marked("back", "false"),
+        _marked("odd-value", "yes"),
+        _marked("not-held", "true"),
+    ]
+    ready = {
+        pods[0].key: False,
+        pods[1].key: True,
+        pods[2].key: True,
+        pods[3].key: False,
+        pods[4].key: False,
+        pods[5].key: True,
+        pods[6].key: True,
+    }
+    marks = readiness_marks(pods, ready)
+    assert [(key.name, value) for key, value in marks] == [
+        ("back", True),
+        ("died", False),
+        ("loaded", True),
+        ("odd-value", True),
+    ]
+    assert not readiness_marks(pods, {})

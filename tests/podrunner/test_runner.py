@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from specops.cluster import ENGINE_READY_ANNOTATION
 from specops.podrunner import (
+    PodKey,
     PodRunner,
     PodRunnerError,
     RunnerOptions,
@@ -33,11 +35,13 @@ WAIT_S = 60.0
 
 
 class ListSource:
-    """Pods from a list the test edits; ``failing`` makes listing fail like a lost API server."""
+    """Pods from a list the test edits; ``failing`` makes listing fail like a lost API server.
+    Readiness marks land on the listed pods' annotations, as on the API server's."""
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
         self.failing = False
+        self.marks: list[tuple[str, bool]] = []
 
     def pods(self) -> Sequence[Mapping[str, Any]]:
         if self.failing:
@@ -46,6 +50,11 @@ class ListSource:
 
     def nodes(self) -> frozenset[str]:
         return frozenset({"kwok-gpu-0"})
+
+    def mark_engine_ready(self, key: PodKey, ready: bool) -> None:
+        (item,) = (i for i in self.items if i["metadata"]["uid"] == key.uid)
+        item["metadata"]["annotations"][ENGINE_READY_ANNOTATION] = "true" if ready else "false"
+        self.marks.append((key.name, ready))
 
 
 async def _until(done: Callable[[], bool], what: str) -> None:
@@ -98,6 +107,7 @@ async def test_pods_run_are_scraped_are_proxied_restart_and_stop(harness: Harnes
     deployment = llama_deployment("ns")
     harness.source.items = [pod_of(deployment, "llama-a", uid="a")]
     await _until(lambda: harness.ready(1), "one ready pod")
+    await _until(lambda: harness.source.marks == [("llama-a", True)], "the pod marked ready")
     state = harness.state()
     (pod,) = state.pods
     written = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -134,6 +144,8 @@ async def test_pods_run_are_scraped_are_proxied_restart_and_stop(harness: Harnes
     os.kill(pod.pids["vllm"], signal.SIGKILL)
     await _until(lambda: harness.state().pods[0].restarts == 1, "a restart")
     await _until(lambda: harness.ready(1), "the restarted pod to be ready")
+    marks = [("llama-a", True), ("llama-a", False), ("llama-a", True)]
+    await _until(lambda: harness.source.marks == marks, "not ready while dead, then ready")
     restarted = harness.state().pods[0]
     assert restarted.engine_url == pod.engine_url
 
@@ -146,7 +158,9 @@ async def test_pods_run_are_scraped_are_proxied_restart_and_stop(harness: Harnes
 
 
 async def test_a_pod_the_runner_cannot_translate_is_reported(harness: Harness) -> None:
-    pod = pod_of(llama_deployment("ns"), "odd", uid="odd")
+    # Marked ready by an earlier run of the runner: a pod that cannot run is not ready.
+    annotations = {ENGINE_READY_ANNOTATION: "true"}
+    pod = pod_of(llama_deployment("ns"), "odd", uid="odd", annotations=annotations)
     pod["spec"]["containers"][0].update(command=["python"], args=["app.py"], image="busybox")
     harness.source.items = [pod]
     await _until(lambda: bool(harness.state().failed), "the pod to be reported")
@@ -154,6 +168,7 @@ async def test_a_pod_the_runner_cannot_translate_is_reported(harness: Harness) -
     assert (failed.pod, failed.uid) == ("odd", "odd")
     assert "vllm serve" in failed.error
     assert not harness.state().pods
+    await _until(lambda: harness.source.marks == [("odd", False)], "the pod marked not ready")
 
 
 async def test_a_pod_whose_processes_cannot_start_is_reported(tmp_path: Path) -> None:
