@@ -35,3 +35,12 @@ def test_kubeconfig_needs_exactly_one_identity(runner: CliRunner, tmp_path: Path
     assert "exactly one" in runner.invoke(main, both).output
     neither = ["cluster", "kubeconfig", "-o", out]
     assert runner.invoke(main, neither).exit_code == 2
+
+
+def test_build_reports_a_failing_toolchain(runner: CliRunner, tmp_path: Path) -> None:
+    fake_go = tmp_path / "go"
+    fake_go.write_text("#!/bin/sh\necho 'go: no module proxy today' >&2\nexit 3\n")
+    fake_go.chmod(0o755)
+    result = runner.invoke(main, ["cluster", "build"], env={"SPECOPS_GO": str(fake_go)})
+    assert result.exit_code == 1
+    assert "no module proxy today" in result.output
