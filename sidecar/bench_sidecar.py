@@ -20,10 +20,8 @@ import argparse
 import dataclasses
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -32,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from specops.localstack import free_ports, specops_executable, stop_process, wait_until_answers
 from specops.observation import (
     Interval,
     ObserverConfig,
@@ -124,13 +123,6 @@ def ingest(pages: list[str]) -> dict[str, float]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _serve_pages(pages: list[str]) -> ThreadingHTTPServer:
     lock = threading.Lock()
     position = {"i": 0}
@@ -150,7 +142,7 @@ def _serve_pages(pages: list[str]) -> ThreadingHTTPServer:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", _free_port()), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -167,23 +159,15 @@ def _proc(pid: int) -> tuple[float, int, int]:
 
 def footprint(pages: list[str], duration_s: float) -> dict[str, float]:
     server = _serve_pages(pages)
-    port = _free_port()
-    specops = str(Path(sys.executable).parent / "specops")
-    command = [specops, "sidecar", "--engine-url", f"http://127.0.0.1:{server.server_port}"]
+    (port,) = free_ports(1)
+    engine = f"http://127.0.0.1:{server.server_port}"
+    command = [specops_executable(), "sidecar", "--engine-url", engine]
     command += ["--host", "127.0.0.1", "--port", str(port), "--profile", PROFILE]
     command += ["--method", "eagle", "--scrape-interval", str(INTERVAL_S), "--log-level", "ERROR"]
     process = subprocess.Popen(command)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.2)
+        wait_until_answers(f"{base}/healthz", process, timeout_s=30.0)
         time.sleep(2.0)
         cpu0, _, _ = _proc(process.pid)
         start = time.monotonic()
@@ -195,8 +179,7 @@ def footprint(pages: list[str], duration_s: float) -> dict[str, float]:
         cpu1, rss, hwm = _proc(process.pid)
         observation = httpx.get(f"{base}/v1/observation", timeout=5).json()
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_process(process)
         server.shutdown()
     return {
         "measured_seconds": elapsed,

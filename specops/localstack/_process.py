@@ -1,6 +1,10 @@
 """Local processes of the stack (the operator, the pod runner): started in a session of their
 own so a Ctrl-C reaches only their owner, tied to it so they never outlive it, waited for
-until they answer, and stopped with SIGTERM, then SIGKILL."""
+until they answer, and stopped with SIGTERM, then SIGKILL.
+
+The helpers for one process are public too (``spawn`` and ``free_ports`` come from the
+control plane's own): benchmarks and integration tests start their own servers (engine,
+sidecar, Prometheus) and handle them the same way."""
 
 from __future__ import annotations
 
@@ -18,7 +22,17 @@ from specops.cluster._process import free_ports, spawn
 from specops.localstack._errors import LocalStackError
 from specops.podrunner import RunnerState, read_state
 
-__all__ = ["LocalProcess", "OperatorProcess", "PodRunnerProcess", "specops_executable"]
+__all__ = [
+    "LocalProcess",
+    "OperatorProcess",
+    "PodRunnerProcess",
+    "answers",
+    "free_ports",
+    "spawn",
+    "specops_executable",
+    "stop_process",
+    "wait_until_answers",
+]
 
 _LOG_TAIL = 3000
 
@@ -26,6 +40,55 @@ _LOG_TAIL = 3000
 def specops_executable() -> str:
     """The ``specops`` entry point next to this Python (the project's virtual environment)."""
     return str(Path(sys.executable).with_name("specops"))
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 now; no answer at all is a no, not an error."""
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _came_up(ready: Callable[[], bool], process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Poll ``ready`` until it holds; False as soon as ``process`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _why_not_up(process: subprocess.Popen[bytes], timeout_s: float) -> str:
+    code = process.poll()
+    why = f"exited with status {code}" if code is not None else "did not come up"
+    return f"{why} within {timeout_s:.0f} s"
+
+
+def wait_until_answers(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Wait until ``url`` answers 200; fail at once if ``process``, which serves it, exits."""
+    if not _came_up(lambda: answers(url), process, timeout_s):
+        raise LocalStackError(
+            f"{url} never answered: {process.args!r} {_why_not_up(process, timeout_s)}"
+        )
+
+
+def stop_process(
+    process: subprocess.Popen[bytes],
+    grace_s: float = 10.0,
+    sig: signal.Signals = signal.SIGTERM,
+) -> None:
+    """Send ``sig``, SIGKILL after ``grace_s``, and reap it; one that already exited is only
+    reaped."""
+    if process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class LocalProcess:
@@ -55,36 +118,25 @@ class LocalProcess:
         if self._env:
             env_argv = ("env", *(f"{k}={v}" for k, v in self._env.items()))
         self._proc = proc = spawn((*env_argv, *self.argv), self.log, tie_to_parent=True)
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                code = proc.poll()
-                self.stop()
-                why = f"exited with status {code}" if code is not None else "did not come up"
-                raise LocalStackError(
-                    f"{self.name} {why} within {timeout_s:.0f} s; its log {self.log} ends with:\n"
-                    f"{self.tail()}"
-                )
-            time.sleep(0.2)
+        if not _came_up(ready, proc, timeout_s):
+            why = _why_not_up(proc, timeout_s)
+            self.stop()
+            raise LocalStackError(
+                f"{self.name} {why}; its log {self.log} ends with:\n{self.tail()}"
+            )
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM, SIGKILL after ``grace_s``; safe to call twice."""
+        self._end(signal.SIGTERM, grace_s)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when the node under it dies."""
+        self._end(signal.SIGKILL)
+
+    def _end(self, sig: signal.Signals, grace_s: float = 20.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+        if proc is not None:
+            stop_process(proc, grace_s, sig)
 
 
 class OperatorProcess:
@@ -92,6 +144,7 @@ class OperatorProcess:
     ServiceAccount), with its liveness endpoint on a free loopback port."""
 
     def __init__(self, kubeconfig: Path, log: Path, extra_args: Sequence[str] = ()) -> None:
+        self.kubeconfig = kubeconfig
         (port,) = free_ports(1)
         self.health = f"http://127.0.0.1:{port}/healthz"
         argv = (specops_executable(), "operator", "--metrics-port=0", f"--liveness={self.health}")
@@ -101,10 +154,14 @@ class OperatorProcess:
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Start it and wait until its liveness endpoint answers."""
-        self.process.start(lambda: _answers(self.health), timeout_s)
+        self.process.start(lambda: answers(self.health), timeout_s)
 
     def stop(self) -> None:
         self.process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL, as when its node dies; :meth:`start` brings it back."""
+        self.process.kill()
 
 
 class PodRunnerProcess:
