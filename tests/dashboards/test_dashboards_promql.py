@@ -10,10 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +27,7 @@ from specops.dashboards import (
     render_preview,
     substitute,
 )
+from tests.processes import running_prometheus, running_sim_engine, running_specops
 
 pytestmark = pytest.mark.integration
 
@@ -46,42 +43,6 @@ VARIABLES = {
     "__rate_interval": "10s",
     "__interval": "2s",
 }
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
 
 
 async def _drive_load(engine: str, seconds: float, concurrency: int) -> int:
@@ -108,42 +69,22 @@ async def _drive_load(engine: str, seconds: float, concurrency: int) -> int:
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """Engine, sidecar and Prometheus running, with ``LOAD_SECONDS`` of load scraped."""
     work = tmp_path_factory.mktemp("stack")
-    engine_port, sidecar_port, prometheus_port = _free_port(), _free_port(), _free_port()
-    specops = [str(Path(sys.executable).with_name("specops"))]
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        engine = _start(
-            [
-                *specops, "sim", "serve", "--host", "127.0.0.1", "--port", str(engine_port),
-                "--model", SERVICE, "--speculative-config",
-                json.dumps({"method": "eagle3", "model": "draft", "num_speculative_tokens": 3}),
-            ],
-            work / "engine.log",
-        )  # fmt: skip
-        processes.append(engine)
-        _wait_http(f"http://127.0.0.1:{engine_port}/health", engine)
-        sidecar = _start(
-            [
-                *specops, "sidecar", "--source", "direct",
-                "--engine-url", f"http://127.0.0.1:{engine_port}",
-                "--namespace", NAMESPACE, "--pod", POD, "--service", SERVICE,
-                "--host", "127.0.0.1", "--port", str(sidecar_port),
-                "--scrape-interval", "1", "--window", "10", "--window", "30",
-                "--prediction-window", "10", "--profile", "llama3.1-8b-h100",
-            ],
-            work / "sidecar.log",
-        )  # fmt: skip
-        processes.append(sidecar)
-        _wait_http(f"http://127.0.0.1:{sidecar_port}/healthz", sidecar)
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [
+    speculative = {"method": "eagle3", "model": "draft", "num_speculative_tokens": 3}
+    engine_args = ["--model", SERVICE, "--speculative-config", json.dumps(speculative)]
+    with running_sim_engine(engine_args, work / "engine.log") as engine:
+        sidecar_args = [
+            "sidecar", "--source", "direct", "--engine-url", engine,
+            "--namespace", NAMESPACE, "--pod", POD, "--service", SERVICE,
+            "--scrape-interval", "1", "--window", "10", "--window", "30",
+            "--prediction-window", "10", "--profile", "llama3.1-8b-h100",
+        ]  # fmt: skip
+        with running_specops(sidecar_args, "/healthz", work / "sidecar.log") as sidecar:
+            scrape_configs: list[dict[str, Any]] = [
                 {
                     "job_name": "engine",
                     "static_configs": [
                         {
-                            "targets": [f"127.0.0.1:{engine_port}"],
+                            "targets": [engine.removeprefix("http://")],
                             "labels": {"namespace": NAMESPACE, "service": SERVICE, "pod": POD},
                         }
                     ],
@@ -151,32 +92,15 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Clien
                 {
                     "job_name": "sidecar",
                     "honor_labels": True,
-                    "static_configs": [{"targets": [f"127.0.0.1:{sidecar_port}"]}],
+                    "static_configs": [{"targets": [sidecar.removeprefix("http://")]}],
                 },
-            ],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        server = _start(
-            [
-                PROMETHEUS, f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prometheus_port}",
-            ],
-            work / "prometheus.log",
-        )  # fmt: skip
-        processes.append(server)
-        url = f"http://127.0.0.1:{prometheus_port}"
-        _wait_http(f"{url}/-/ready", server)
-        completed = asyncio.run(
-            _drive_load(f"http://127.0.0.1:{engine_port}", LOAD_SECONDS, concurrency=8)
-        )
-        assert completed > 0
-        time.sleep(3)  # the last scrapes and rule evaluations
-        with httpx.Client(base_url=url, timeout=30) as client:
-            yield client
-    finally:
-        for process in reversed(processes):
-            _stop(process)
+            ]
+            with running_prometheus(scrape_configs, work, rule_files=[RULES]) as url:
+                completed = asyncio.run(_drive_load(engine, LOAD_SECONDS, concurrency=8))
+                assert completed > 0
+                time.sleep(3)  # the last scrapes and rule evaluations
+                with httpx.Client(base_url=url, timeout=30) as client:
+                    yield client
 
 
 def _models() -> dict[str, dict[str, Any]]:
