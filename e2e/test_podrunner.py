@@ -1,14 +1,19 @@
 """Pods that do something: `specops podrunner` runs each kwok pod of a rendered Deployment as
 the simulated engine with the pod's own arguments, Prometheus scrapes it with the pod's
-labels, a rollout replaces the processes, and deleting the Deployment stops them."""
+labels, a rollout replaces the processes, and deleting the Deployment stops them. A pod is
+Ready only while its engine answers, so a rolling update never leaves the service without
+an engine."""
 
 from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +27,16 @@ from kubernetes import client
 
 from specops.api import parse_service
 from specops.cluster import ClusterInfo
-from specops.podrunner import RunnerState, read_state
+from specops.podrunner import STARTUP_DELAY_ANNOTATION, RunnerState, read_state
 from specops.render import RenderOptions, plan
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
 _PR_SET_PDEATHSIG = 1
+# Long enough that the pods are seen not Ready while their engines load.
+_STARTUP_DELAY_S = 8
+_COMPLETION = {"model": "llama-3.1-8b", "prompt": "hello", "max_tokens": 8}
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,46 @@ def _speculative_config(deployment: dict[str, Any]) -> str:
     return args[args.index("--speculative-config") + 1]
 
 
+def _with_speculative_config(deployment: dict[str, Any], speculative_config: str) -> dict[str, Any]:
+    """A patch that rolls ``deployment`` to ``speculative_config``, as the operator does."""
+    args = list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    args[args.index("--speculative-config") + 1] = speculative_config
+    return {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "args": args}]}}}}
+
+
+def _one_token_config(speculative_config: str) -> str:
+    rolled = {**json.loads(speculative_config), "num_speculative_tokens": 1}
+    rolled.pop("num_speculative_tokens_per_batch_size")
+    return json.dumps(rolled, separators=(",", ":"))
+
+
+def _api_pods(core: client.CoreV1Api, namespace: str) -> dict[str, client.V1Pod]:
+    pods = core.list_namespaced_pod(namespace, label_selector="specops.io/service=llama")
+    return {p.metadata.name: p for p in pods.items if p.metadata.deletion_timestamp is None}
+
+
+def _is_ready(pod: client.V1Pod) -> bool:
+    conditions = pod.status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _serving(runner: Runner, core: client.CoreV1Api, namespace: str, config: str) -> bool:
+    """Every pod of the Deployment runs ``config`` and is ready, as the runner sees it."""
+    pods = runner.state().service_pods(namespace, "llama")
+    return (
+        len(pods) == 2
+        and all(p.ready and p.speculative_config == config for p in pods)
+        and {p.pod for p in pods} == set(_api_pods(core, namespace))
+    )
+
+
+def _answers(engine_url: str) -> bool:
+    try:
+        return httpx.get(f"{engine_url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _cmdline(pid: int) -> list[str]:
     return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
 
@@ -118,20 +166,7 @@ def test_pods_run_their_own_args_are_scraped_roll_and_stop(
     deployment = _deployment(namespace)
     config = _speculative_config(deployment)
     apps.create_namespaced_deployment(namespace, deployment)
-
-    def api_pods() -> set[str]:
-        pods = core.list_namespaced_pod(namespace, label_selector="specops.io/service=llama")
-        return {p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None}
-
-    def running(speculative_config: str) -> bool:
-        pods = runner.state().service_pods(namespace, "llama")
-        return (
-            len(pods) == 2
-            and all(p.ready and p.speculative_config == speculative_config for p in pods)
-            and {p.pod for p in pods} == api_pods()
-        )
-
-    wait(lambda: running(config), "an engine and a sidecar per pod, ready")
+    wait(lambda: _serving(runner, core, namespace, config), "an engine and a sidecar per pod")
     first = runner.state().service_pods(namespace, "llama")
     for pod in first:
         engine = _cmdline(pod.pids["vllm"])
@@ -155,20 +190,18 @@ def test_pods_run_their_own_args_are_scraped_roll_and_stop(
 
     proxy = runner.state().service_url(namespace, "llama")
     assert proxy is not None
-    body = {"model": "llama-3.1-8b", "prompt": "hello", "max_tokens": 8}
-    completion = httpx.post(f"{proxy}/v1/completions", json=body, timeout=60).json()
+    completion = httpx.post(f"{proxy}/v1/completions", json=_COMPLETION, timeout=60).json()
     assert completion["usage"]["completion_tokens"] == 8
 
     # A rollout (as the operator makes when it changes k) replaces every pod's processes.
-    rolled = {**json.loads(config), "num_speculative_tokens": 1}
-    rolled.pop("num_speculative_tokens_per_batch_size")
-    new_config = json.dumps(rolled, separators=(",", ":"))
-    containers = deployment["spec"]["template"]["spec"]["containers"]
-    args = list(containers[0]["args"])
-    args[args.index("--speculative-config") + 1] = new_config
-    patch = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "args": args}]}}}}
-    apps.patch_namespaced_deployment("llama", namespace, patch)
-    wait(lambda: running(new_config), "the rolled pods to run the new speculative config")
+    new_config = _one_token_config(config)
+    apps.patch_namespaced_deployment(
+        "llama", namespace, _with_speculative_config(deployment, new_config)
+    )
+    wait(
+        lambda: _serving(runner, core, namespace, new_config),
+        "the rolled pods to run the new speculative config",
+    )
     old_pids = [pid for pod in first for pid in pod.pids.values()]
     wait(lambda: all(_gone(pid) for pid in old_pids), "the replaced pods' processes to stop")
 
@@ -187,6 +220,74 @@ def test_pods_run_their_own_args_are_scraped_roll_and_stop(
         ),
         "the targets to be withdrawn",
     )
+
+
+def test_pods_are_ready_only_while_their_engine_answers(
+    api_client: client.ApiClient, namespace: str, runner: Runner, wait: Wait
+) -> None:
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    deployment = _deployment(namespace)
+    template = deployment["spec"]["template"]["metadata"]
+    template.setdefault("annotations", {})[STARTUP_DELAY_ANNOTATION] = str(_STARTUP_DELAY_S)
+    apps.create_namespaced_deployment(namespace, deployment)
+    loading: set[str] = set()
+
+    def all_ready_and_none_early() -> bool:
+        # The API is read first: a pod Ready there must have an engine that answers now.
+        pods = _api_pods(core, namespace)
+        engines = {p.pod: p.engine_url for p in runner.state().service_pods(namespace, "llama")}
+        for name, pod in pods.items():
+            answers = name in engines and _answers(engines[name])
+            assert answers or not _is_ready(pod), f"{name} is Ready before its engine answers"
+            if name in engines and pod.status.phase == "Running" and not answers:
+                loading.add(name)
+        return len(pods) == 2 and all(_is_ready(p) for p in pods.values())
+
+    wait(all_ready_and_none_early, "both pods Ready once their engines answer")
+    assert loading == set(_api_pods(core, namespace)), "each pod was seen loading, not Ready"
+
+    # An engine that dies takes its pod out of Ready until it is restarted and loaded.
+    (victim, *_) = runner.state().service_pods(namespace, "llama")
+    os.kill(victim.pids["vllm"], signal.SIGKILL)
+    wait(lambda: not _is_ready(_api_pods(core, namespace)[victim.pod]), "the pod not Ready")
+    wait(lambda: _is_ready(_api_pods(core, namespace)[victim.pod]), "the restarted pod Ready")
+    restarted = {p.pod: p.restarts for p in runner.state().service_pods(namespace, "llama")}
+    assert restarted[victim.pod] == 1
+
+    # A rolling update under load: the service always has an engine behind its proxy.
+    proxy = runner.state().service_url(namespace, "llama")
+    assert proxy is not None
+    statuses: Counter[int | str] = Counter()
+    done = threading.Event()
+
+    def send() -> None:
+        with httpx.Client(timeout=60) as http:
+            while not done.is_set():
+                try:
+                    response = http.post(f"{proxy}/v1/completions", json=_COMPLETION)
+                except httpx.HTTPError as exc:
+                    statuses[type(exc).__name__] += 1
+                else:
+                    statuses[response.status_code] += 1
+
+    senders = [threading.Thread(target=send) for _ in range(2)]
+    for sender in senders:
+        sender.start()
+    try:
+        old_pids = [
+            pid for p in runner.state().service_pods(namespace, "llama") for pid in p.pids.values()
+        ]
+        new_config = _one_token_config(_speculative_config(deployment))
+        apps.patch_namespaced_deployment(
+            "llama", namespace, _with_speculative_config(deployment, new_config)
+        )
+        wait(lambda: _serving(runner, core, namespace, new_config), "the rollout")
+        wait(lambda: all(_gone(pid) for pid in old_pids), "the old pods' processes to stop")
+    finally:
+        done.set()
+        for sender in senders:
+            sender.join()
+    assert set(statuses) == {200}, f"responses during the rollout: {dict(statuses)}"
 
 
 def test_stopping_the_runner_stops_every_process(
