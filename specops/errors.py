@@ -1,10 +1,12 @@
 """The error tree of specops, one base per boundary.
 
-    SpecopsError
-    ├── SpecValidationError   a SpeculativeService (or its pieces) is invalid
-    ├── EngineConfigError     the simulated engine was given a bad config, profile or workload
-    ├── MetricsError          a metrics source failed (unreachable, malformed, PromQL error)
-    └── ClusterError          the local control plane could not be built or started
+SpecopsError
+├── SpecValidationError   a SpeculativeService (or its pieces) is invalid
+├── EngineConfigError     the simulated engine was given a bad config, profile or workload
+├── MetricsError          a metrics source failed (unreachable, malformed, PromQL error)
+├── ClusterError          the local control plane could not be built or started
+└── (beside their code)   KubeApiError (operator), ReleaseError (vLLM wheel),
+                          BenchError, PodRunnerError, LocalStackError, DemoError
 """
 
 from __future__ import annotations
