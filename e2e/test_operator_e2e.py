@@ -18,11 +18,12 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
-from harness import Kubectl, OperatorProcess, Phases, Wait
+from harness import Kubectl, Phases, Wait
 from kubernetes import client
 
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
+from specops.localstack import OperatorProcess
 from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
 
 pytestmark = pytest.mark.e2e
