@@ -34,7 +34,7 @@ from specops.observation._model import (
     WindowObservation,
 )
 from specops.observation._names import Counter, Gauge, Hist
-from specops.observation._observe import ObserverConfig, observe
+from specops.observation._observe import ObserverConfig, distribution_observation, observe
 from specops.observation._outcome import LatencyQuantiles, histogram_quantile, latency_quantiles
 from specops.observation._series import (
     Reading,
@@ -88,6 +88,7 @@ __all__ = [
     "adjusted_cost_model",
     "cost_point",
     "distribution",
+    "distribution_observation",
     "estimate_acceptance",
     "fit_step_time",
     "histogram_quantile",

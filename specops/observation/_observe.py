@@ -61,6 +61,7 @@ from specops.policy import (
 
 __all__ = [
     "ObserverConfig",
+    "distribution_observation",
     "observe",
 ]
 
@@ -154,9 +155,10 @@ def _acceptance(
     return observation, estimate.curve
 
 
-def _distribution(
+def distribution_observation(
     values: Sequence[float], bounds: Sequence[float]
 ) -> DistributionObservation | None:
+    """The wire form of :func:`distribution` (the +Inf bucket left out); None without values."""
     found: Distribution | None = distribution(values, bounds)
     if found is None:
         return None
@@ -184,7 +186,7 @@ def _per_engine(snapshots: Sequence[Snapshot], gauge: Gauge) -> list[float]:
 def _load(
     snapshots: Sequence[Snapshot], intervals: Sequence[Interval], status: EstimateStatus
 ) -> LoadObservation:
-    running = _distribution(_per_engine(snapshots, Gauge.RUNNING), RUNNING_BOUNDS)
+    running = distribution_observation(_per_engine(snapshots, Gauge.RUNNING), RUNNING_BOUNDS)
     if running is None:
         return LoadObservation(status=_UNKNOWN, reason=f"{Gauge.RUNNING.value} missing")
     preemptions = _sum(intervals, Counter.PREEMPTIONS)
@@ -193,8 +195,8 @@ def _load(
         reason=_stale_reason(status),
         engines=snapshots[-1].engines,
         running=running,
-        waiting=_distribution(_per_engine(snapshots, Gauge.WAITING), RUNNING_BOUNDS),
-        kv_cache_usage=_distribution(
+        waiting=distribution_observation(_per_engine(snapshots, Gauge.WAITING), RUNNING_BOUNDS),
+        kv_cache_usage=distribution_observation(
             [s.gauges[Gauge.KV_CACHE_USAGE] for s in snapshots if Gauge.KV_CACHE_USAGE in s.gauges],
             _KV_BOUNDS,
         ),

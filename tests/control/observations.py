@@ -16,28 +16,16 @@ from specops.observation import (
     PredictionObservation,
     SourceObservation,
     WindowObservation,
-    distribution,
+    distribution_observation,
 )
 
 __all__ = ["pod_observation"]
 
 
 def _distribution(values: Sequence[float], bounds: Sequence[float]) -> DistributionObservation:
-    found = distribution(values, bounds)
+    found = distribution_observation(values, bounds)
     assert found is not None
-    finite = [
-        (b, f) for b, f in zip(found.bounds, found.cumulative_fractions, strict=True) if b < 1e300
-    ]
-    return DistributionObservation(
-        samples=found.samples,
-        mean=found.mean,
-        p50=found.p50,
-        p90=found.p90,
-        p99=found.p99,
-        max=found.maximum,
-        bounds=[b for b, _ in finite],
-        cumulative_fractions=[f for _, f in finite],
-    )
+    return found
 
 
 def pod_observation(
