@@ -15,9 +15,9 @@ scheduled. Pods labelled ``specops.io/service`` run a (simulated) engine that ta
 while to load, and a real kubelet holds them back by their startup and readiness probes
 on ``/health``; without that, a rolling update deletes the old pods before the new
 engines answer and the service has no capacity. So those pods are left to stages of
-our own: they start Running and not Ready, and their Ready condition then follows the
-``specops.io/engine-ready`` annotation, which the pod runner sets from its probes.
-Every other pod keeps kwok's behaviour.
+our own (:func:`served_pod_stages`): a pod the pod runner claims starts Running and not
+Ready, and its Ready condition then follows the ``specops.io/engine-ready`` annotation,
+which the runner sets from its probes. Every other pod keeps kwok's behaviour.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "KWOK_NODE_ANNOTATION",
     "SERVED_POD_LABEL",
     "SERVICE_CIDR",
+    "UNCLAIMED_READY_S",
     "Binaries",
     "ClientCredentials",
     "Component",
@@ -58,6 +59,9 @@ GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 SERVED_POD_LABEL = "specops.io/service"
 ENGINE_READY_ANNOTATION = "specops.io/engine-ready"
+# How long a served pod waits for a pod runner to claim it before kwok makes it Ready anyway;
+# a runner claims within a poll or two (about a second).
+UNCLAIMED_READY_S = 5.0
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 _NODE_LEASE_SECONDS = 40
 
@@ -328,7 +332,12 @@ _BlockDumper.add_representer(str, _literal_blocks)
 
 
 def _served_pod_stage(
-    name: str, expressions: list[dict[str, Any]], *, start: bool, ready: bool
+    name: str,
+    expressions: list[dict[str, Any]],
+    *,
+    start: bool,
+    ready: bool,
+    delay_s: float = 0.0,
 ) -> dict[str, Any]:
     flags = f"{{{{ $start := {str(start).lower()} }}}}{{{{ $ready := {str(ready).lower()} }}}}\n"
     return {
@@ -338,34 +347,49 @@ def _served_pod_stage(
         "spec": {
             "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
             "selector": {"matchExpressions": [_SERVED, _NOT_DELETING, *expressions]},
+            "delay": {"durationMilliseconds": round(delay_s * 1000)},
             "next": {"statusTemplate": flags + _SERVED_POD_STATUS},
         },
     }
 
 
 def served_pod_stages() -> tuple[dict[str, Any], ...]:
-    """kwok Stages for pods labelled ``specops.io/service``: scheduled pods start Running
-    and not Ready; then Ready follows the ``specops.io/engine-ready`` annotation ("true"
-    is Ready, anything else or none is not), as a readiness probe would."""
+    """kwok Stages for pods labelled ``specops.io/service``, whose readiness the pod runner
+    reports in the ``specops.io/engine-ready`` annotation, as a readiness probe would.
+
+    The runner claims each pod it runs by writing "false" at once; a claimed pod starts
+    Running and not Ready, and is Ready while the annotation says "true". A pod nobody
+    claims within ``UNCLAIMED_READY_S`` (no runner: the operator's own e2e tests, which
+    run no engines) becomes Ready as kwok's own stage would have made it. kwok replaces a
+    pod's pending delayed stage when a change makes another stage match, so a claim in
+    time cancels that fallback.
+    """
+    pending = {"key": ".status.phase", "operator": "In", "values": ["Pending"]}
     running = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
-    engine_ready = {"key": _ENGINE_READY, "operator": "In", "values": ["true"]}
+    claimed = {"key": _ENGINE_READY, "operator": "Exists"}
     pod_ready = {"key": _READY_CONDITION, "operator": "In", "values": ["True"]}
+
+    def engine(value: str) -> dict[str, Any]:
+        return {"key": _ENGINE_READY, "operator": "In", "values": [value]}
+
     return (
         _served_pod_stage(
-            "specops-pod-start",
-            [{"key": ".status.phase", "operator": "In", "values": ["Pending"]}],
+            "specops-pod-unclaimed",
+            [pending, {**claimed, "operator": "DoesNotExist"}],
             start=True,
-            ready=False,
+            ready=True,
+            delay_s=UNCLAIMED_READY_S,
         ),
+        _served_pod_stage("specops-pod-start", [pending, claimed], start=True, ready=False),
         _served_pod_stage(
             "specops-engine-ready",
-            [running, engine_ready, {**pod_ready, "operator": "NotIn"}],
+            [running, engine("true"), {**pod_ready, "operator": "NotIn"}],
             start=False,
             ready=True,
         ),
         _served_pod_stage(
             "specops-engine-unready",
-            [running, {**engine_ready, "operator": "NotIn"}, pod_ready],
+            [running, engine("false"), pod_ready],
             start=False,
             ready=False,
         ),

@@ -93,15 +93,16 @@ def plan_actions(
 def readiness_marks(
     pods: Iterable[Pod], ready: Mapping[PodKey, bool]
 ) -> tuple[tuple[PodKey, bool], ...]:
-    """The pods whose ``specops.io/engine-ready`` annotation disagrees with what their
-    probes say (``ready``), with the value to write. Only "true" means Ready, so a pod
-    without the annotation is written once it turns ready, and "false" only replaces a
-    "true"; pods not in ``ready`` are left alone."""
+    """The pods whose ``specops.io/engine-ready`` annotation differs from what their probes
+    say (``ready``), with the value to write. A pod without the annotation gets one at
+    once, "false" while its engine loads: that claims it, so kwok waits for the runner
+    instead of making it Ready by itself. Pods not in ``ready`` are left alone."""
     return tuple(
         sorted(
             (pod.key, ready[pod.key])
             for pod in pods
             if pod.key in ready
-            and (pod.metadata.annotations.get(ENGINE_READY_ANNOTATION) == "true") != ready[pod.key]
+            and pod.metadata.annotations.get(ENGINE_READY_ANNOTATION)
+            != ("true" if ready[pod.key] else "false")
         )
     )

@@ -15,6 +15,7 @@ from specops.cluster._config import (
     ENGINE_READY_ANNOTATION,
     GPU_RESOURCE,
     GPU_TAINT,
+    UNCLAIMED_READY_S,
     Binaries,
     ClientCredentials,
     Ports,
@@ -217,33 +218,46 @@ def _pod(
         (_pod(served=False), ["pod-ready"]),
         (_pod(served=False, phase="Running", ready="True"), []),
         (_pod(served=False, deleting=True), ["pod-delete"]),
-        (_pod(), ["specops-pod-start"]),
+        (_pod(), ["specops-pod-unclaimed"]),
+        (_pod(phase="Running", ready="True"), []),
+        (_pod(engine="false"), ["specops-pod-start"]),
         (_pod(engine="true"), ["specops-pod-start"]),
-        (_pod(phase="Running", ready="False"), []),
         (_pod(phase="Running", ready="False", engine="false"), []),
         (_pod(phase="Running", ready="False", engine="true"), ["specops-engine-ready"]),
         (_pod(phase="Running", ready="True", engine="true"), []),
         (_pod(phase="Running", ready="True", engine="false"), ["specops-engine-unready"]),
-        (_pod(phase="Running", ready="True"), ["specops-engine-unready"]),
         (_pod(phase="Running", ready="True", deleting=True), ["pod-delete"]),
     ],
 )
-def test_served_pods_are_ready_only_while_their_engine_is(
+def test_claimed_served_pods_are_ready_only_while_their_engine_is(
     pod: dict[str, Any], stages: list[str]
 ) -> None:
     assert _stages_for(pod) == stages
 
 
+def test_only_the_fallback_for_unclaimed_pods_waits() -> None:
+    delays = {
+        s["metadata"]["name"]: s["spec"]["delay"]["durationMilliseconds"]
+        for s in yaml.safe_load_all(kwok_config(KWOK_POD_STAGES))
+        if s["metadata"]["name"].startswith("specops-")
+    }
+    assert delays.pop("specops-pod-unclaimed") == UNCLAIMED_READY_S * 1000 > 0
+    assert set(delays.values()) == {0}
+
+
 def test_served_pod_stages_start_running_then_follow_readiness() -> None:
     by_name = {s["metadata"]["name"]: s for s in yaml.safe_load_all(kwok_config(KWOK_POD_STAGES))}
-    start, ready, unready = (
-        by_name[n]["spec"]["next"]["statusTemplate"]
-        for n in ("specops-pod-start", "specops-engine-ready", "specops-engine-unready")
-    )
-    assert start.startswith("{{ $start := true }}{{ $ready := false }}\n")
-    assert ready.startswith("{{ $start := false }}{{ $ready := true }}\n")
-    assert unready.startswith("{{ $start := false }}{{ $ready := false }}\n")
-    assert "phase: Running" in start
+    flags = {
+        name: by_name[name]["spec"]["next"]["statusTemplate"].splitlines()[0]
+        for name in by_name
+        if name.startswith("specops-")
+    }
+    assert flags == {
+        "specops-pod-unclaimed": "{{ $start := true }}{{ $ready := true }}",
+        "specops-pod-start": "{{ $start := true }}{{ $ready := false }}",
+        "specops-engine-ready": "{{ $start := false }}{{ $ready := true }}",
+        "specops-engine-unready": "{{ $start := false }}{{ $ready := false }}",
+    }
 
 
 def test_kwok_config_is_one_stream_of_all_stages() -> None:
@@ -254,6 +268,7 @@ def test_kwok_config_is_one_stream_of_all_stages() -> None:
         "a",
         "pod-ready",
         "pod-delete",
+        "specops-pod-unclaimed",
         "specops-pod-start",
         "specops-engine-ready",
         "specops-engine-unready",

@@ -82,7 +82,7 @@ def _marked(name: str, value: str | None) -> Any:
     return parse_pod(_pod(name, annotations=annotations))
 
 
-def test_readiness_is_written_only_where_the_annotation_disagrees_with_the_probes() -> None:
+def test_readiness_is_written_where_the_annotation_disagrees_with_the_probes() -> None:
     pods = [
         _marked("loading", None),
         _marked("loaded", None),
@@ -107,6 +107,7 @@ def test_readiness_is_written_only_where_the_annotation_disagrees_with_the_probe
         ("back", True),
         ("died", False),
         ("loaded", True),
+        ("loading", False),
         ("odd-value", True),
     ]
     assert not readiness_marks(pods, {})
