@@ -238,6 +238,11 @@ def _wait(service: SpeculativeService, options: ControlOptions, now: float) -> f
     return max(period - (now - unix_time(last.time)), 0.0)
 
 
+def _next_tick(due_in: float, sampling_interval: float | None) -> float:
+    """Wake for the next decision, or sooner when the source needs a reading before it."""
+    return due_in if sampling_interval is None else min(due_in, sampling_interval)
+
+
 async def control_tick(
     kube: Kube,
     namespace: str,
@@ -257,8 +262,8 @@ async def control_tick(
     due_in = _wait(service, options, now)
     spec = apply_defaults(service.spec)
     if due_in > 0:
-        every = await options.source.sample(namespace, name, spec)
-        return due_in if every is None else min(due_in, every)
+        await options.source.sample(namespace, name, spec)
+        return _next_tick(due_in, options.source.sampling_interval(spec))
     wanted = plan(service, render)
     desired = next(o for o in wanted.objects if o["kind"] == "Deployment")
     live = await asyncio.to_thread(kube.get, desired)
@@ -329,4 +334,7 @@ async def control_tick(
             render,
             lambda reason, message: post_event(patched, "Normal", reason, message),
         )
-    return _wait(parse_service(patched), options, options.clock())
+    return _next_tick(
+        _wait(parse_service(patched), options, options.clock()),
+        options.source.sampling_interval(spec),
+    )

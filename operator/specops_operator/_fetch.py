@@ -62,8 +62,12 @@ class ObservationSource(Protocol):
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched: ...
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
-        """Take one reading between decisions; the seconds until the next, None if not needed."""
+    def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
+        """Seconds between readings the loop must take itself; None when it need take none."""
+        ...
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
+        """Take one reading between decisions."""
         ...
 
 
@@ -114,7 +118,10 @@ class DirectSource:
             raise unexpected[0]
         return Fetched(observations, failures)
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+    def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
+        return None
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         return None
 
 
@@ -150,9 +157,11 @@ class PrometheusServiceSource:
             found = self._services[key] = Sidecar(source, config, clock=self._clock)
         return found
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
-        await self._sidecar(namespace, name, spec).poll()
+    def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return float(spec.metrics.scrape_interval_seconds)
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
+        await self._sidecar(namespace, name, spec).poll()
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
@@ -177,8 +186,11 @@ class Observer:
     ) -> Fetched:
         return await self._for(spec).fetch(namespace, name, spec, pods)
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
-        return await self._for(spec).sample(namespace, name, spec)
+    def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
+        return self._for(spec).sampling_interval(spec)
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
+        await self._for(spec).sample(namespace, name, spec)
 
     def _for(self, spec: SpeculativeServiceSpec) -> ObservationSource:
         if spec.metrics.source == "Prometheus":

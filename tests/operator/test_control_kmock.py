@@ -42,13 +42,16 @@ class FakeCluster:
         self.status = EstimateStatus.OK
         self.fetches = 0
         self.samples = 0
+        self.interval: float | None = None
 
     def now(self) -> float:
         return time.time() + self.offset
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> float | None:
+    def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
+        return self.interval
+
+    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         self.samples += 1
-        return None
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
@@ -236,3 +239,21 @@ async def test_advise_publishes_the_recommendation_and_leaves_the_pods_alone(
         assert status["speculativeConfig"]["numSpeculativeTokens"] == 3
         assert (_engine_config(kmock) or {}).get("num_speculative_tokens") == 3
         assert _sample("specops_mode", mode="Advise") == 1.0
+
+
+async def test_a_source_that_needs_readings_is_sampled_between_decisions(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster
+) -> None:
+    """Prometheus gives one reading per query: the loop must take them at the scrape
+    interval, or a decision window holds a single load sample."""
+    cluster.interval = 0.05
+    options = ControlOptions(
+        source=cluster, clock=cluster.now, period_s=30.0, initial_delay_s=0.0, rollout_poll_s=30.0
+    )
+    async with run_operator(kmock, tmp_path, monkeypatch, kopf.Memo(control=options)):
+        async with kmock.post(SVC_PATH, json=_body("Advise")) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _decision(kmock) is not None, "a first decision")
+        fetched, sampled = cluster.fetches, cluster.samples
+        await eventually(lambda: cluster.samples >= sampled + 5, "readings between decisions")
+        assert cluster.fetches == fetched  # no decision is due for another 30 s
