@@ -1,11 +1,13 @@
 """The simulated engine against the pinned vLLM wheel, read as source (DESIGN section 5)."""
 
+import re
 from pathlib import Path
 from typing import get_args
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from specops.observation import Counter, Gauge, Hist
 from specops.profiles import get_profile
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim import parse_speculative_config as parse
@@ -85,3 +87,44 @@ def test_finish_reasons_match(wheel: Path) -> None:
 def test_speculative_config_keys_and_methods_match_the_release(wheel: Path) -> None:
     assert set(SpeculativeConfig.model_fields) <= release_speculative_keys(wheel)
     assert set(get_args(VllmMethod)) == release_speculative_methods(wheel)
+
+
+_REPO = Path(__file__).resolve().parents[2]
+# Prometheus names a counter's series <name>_total and a histogram's <name>_bucket/_sum/_count.
+_SUFFIXES = ("_total", "_bucket", "_sum", "_count")
+
+
+def _family(series: str) -> str:
+    for suffix in _SUFFIXES:
+        if series.endswith(suffix) and series.removesuffix(suffix) in ENGINE_METRICS:
+            return series.removesuffix(suffix)
+    return series
+
+
+def _vllm_series_read_by_specops() -> dict[str, set[str]]:
+    """Every vllm: series named in what specops reads: estimators, dashboards, alert rules."""
+    readers = {
+        "sidecar estimators": " ".join(
+            str(m.value) for kind in (Counter, Gauge, Hist) for m in kind
+        ),
+        "dashboards": " ".join(
+            p.read_text() for p in (_REPO / "charts/specops/dashboards").glob("*.json")
+        ),
+        "alert rules": (_REPO / "deploy/prometheus/specops.rules.yaml").read_text(),
+    }
+    return {
+        reader: {_family(name) for name in re.findall(r"vllm:[a-z_:]+", text)}
+        for reader, text in readers.items()
+    }
+
+
+def test_every_vllm_metric_specops_reads_is_exported_by_the_release_and_the_simulator(
+    wheel: Path,
+) -> None:
+    release = release_metrics(wheel)
+    exported = set(_exported_page())
+    for reader, names in _vllm_series_read_by_specops().items():
+        assert names, f"no vllm: series found in the {reader}: the scan is broken"
+        for name in sorted(names):
+            assert name in release, f"the {reader} read {name}, which vLLM does not export"
+            assert name in exported, f"the {reader} read {name}, which the simulator lacks"
