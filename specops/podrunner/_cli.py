@@ -71,7 +71,7 @@ def podrunner(
     from specops.podrunner._translate import SimOptions
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    directory = work_dir or Path(tempfile.mkdtemp(prefix="specops-podrunner-"))
+    directory = (work_dir or Path(tempfile.mkdtemp(prefix="specops-podrunner-"))).resolve()
     options = RunnerOptions(
         work_dir=directory,
         sim=SimOptions(profile=profile, workload=workload, startup_delay_s=startup_delay),

@@ -43,7 +43,13 @@ def _duration(seconds: float) -> str:
 
 
 def prometheus_config(file_sd_path: Path, scrape_interval_s: float) -> str:
-    """prometheus.yml scraping every target in ``file_sd_path`` every ``scrape_interval_s``."""
+    """prometheus.yml scraping every target in ``file_sd_path`` every ``scrape_interval_s``.
+
+    The path must be absolute: Prometheus resolves a relative one against the folder of
+    its config file, not its working directory, and would then find no targets at all.
+    """
+    if not file_sd_path.is_absolute():
+        raise ValueError(f"the file_sd path must be absolute, got {file_sd_path}")
     interval = _duration(scrape_interval_s)
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},

@@ -64,3 +64,9 @@ def test_promtool_accepts_the_config(tmp_path: Path) -> None:
         ["promtool", "check", "config", str(config)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_relative_target_file_is_refused() -> None:
+    # Prometheus would look for it beside its config file and scrape nothing.
+    with pytest.raises(ValueError, match="must be absolute"):
+        prometheus_config(Path("out/demo/podrunner/prometheus/targets.json"), 2.0)
