@@ -120,8 +120,8 @@ def plan_steps(
         Step(
             "baselines",
             "Replay the same day on the simulated engine in virtual time",
-            f"no speculation, static k={initial_k}, and the specops loop, same profile and"
-            " workload (simulated, seconds of compute)",
+            f"no speculation and static k={initial_k}, same profile and workload"
+            " (simulated, seconds of compute)",
         ),
         Step("report", "Write the report", f"{options.out_dir}/report.md and PNG plots"),
     )
