@@ -238,7 +238,8 @@ async def test_advise_publishes_the_recommendation_and_leaves_the_pods_alone(
         assert status["speculativeConfig"]["source"] == "Spec"
         assert status["speculativeConfig"]["numSpeculativeTokens"] == 3
         assert (_engine_config(kmock) or {}).get("num_speculative_tokens") == 3
-        assert _sample("specops_mode", mode="Advise") == 1.0
+        # The gauges are set once the status patch returns, a moment after kmock stores it.
+        await eventually(lambda: _sample("specops_mode", mode="Advise") == 1.0, "the mode gauge")
 
 
 async def test_a_source_that_needs_readings_is_sampled_between_decisions(
