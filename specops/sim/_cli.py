@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -40,6 +41,13 @@ def _split_vllm_args(extra: tuple[str, ...]) -> tuple[str | None, list[str]]:
 @click.option("--profile", default="llama3.1-8b-h100", show_default=True)
 @click.option("--workload", default="sharegpt", show_default=True, help="Name or YAML/JSON file.")
 @click.option("--startup-delay", default=0.0, show_default=True, type=float, help="Seconds.")
+@click.option(
+    "--shutdown-timeout",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Seconds running requests may take to finish after SIGTERM (as vLLM's); 0 aborts them.",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--roofline", is_flag=True, help="Roofline instead of the additive step time.")
 def serve(
@@ -56,15 +64,14 @@ def serve(
     profile: str,
     workload: str,
     startup_delay: float,
+    shutdown_timeout: int,
     seed: int,
     roofline: bool,
 ) -> None:
     """Serve vLLM's OpenAI API and /metrics from the simulated engine (flags as vllm serve)."""
-    from aiohttp import web
-
     from specops.profiles import get_profile
     from specops.sim._engine import EngineConfig, SimulatedEngine, parse_speculative_config
-    from specops.sim._server import ServerOptions, build_app
+    from specops.sim._server import ServerOptions, build_app, serve
     from specops.sim._workload import Workload, load_workload
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -97,8 +104,8 @@ def serve(
         )
     except EngineConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    options = ServerOptions(config.served_model_name, model, startup_delay)
-    web.run_app(build_app(engine, options), host=host, port=port, print=None)
+    options = ServerOptions(config.served_model_name, model, startup_delay, shutdown_timeout)
+    asyncio.run(serve(build_app(engine, options), host, port))
 
 
 @sim.command()

@@ -3,6 +3,12 @@
 A thin shell: requests are parsed into ``add_request`` calls, one task paces
 ``engine.step()`` against the event loop's clock, and each step's tokens are handed
 to the waiting responses. /metrics renders the engine's snapshot as vLLM does.
+
+``serve`` stops on SIGTERM or SIGINT as vLLM 0.33.0's API server does with
+``--shutdown-timeout``: the listener stays open but new requests are refused, the engine
+keeps stepping so running requests (streams included) finish, and whatever is still
+running when the timeout ends is finished with reason "abort" (with the default 0, at
+once); then the process exits 0.
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ import asyncio
 import json
 import logging
 import math
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -23,7 +31,7 @@ from aiohttp import web
 from specops.sim._engine import FinishedRequest, SimulatedEngine
 from specops.sim._exposition import render_metrics
 
-__all__ = ["ServerOptions", "build_app", "count_prompt_tokens"]
+__all__ = ["ServerOptions", "build_app", "count_prompt_tokens", "serve"]
 
 _log = logging.getLogger(__name__)
 _WORDS = (
@@ -39,6 +47,9 @@ _WORDS = (
     ".",
 )
 
+# Once every request has its last item, how long their handlers get to write it out.
+_HANDLER_GRACE_S = 5.0
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -47,6 +58,19 @@ class ServerOptions:
     served_model_name: str
     model: str
     startup_delay_s: float = 0.0
+    shutdown_timeout_s: float = 0.0
+    """vLLM's --shutdown-timeout: how long running requests may take after SIGTERM."""
+
+
+@dataclass(frozen=True)
+class _Aborted:
+    """The server cut a request short at shutdown; vLLM finishes it with reason "abort"."""
+
+    finish_reason: str = "abort"
+
+
+_ABORTED = _Aborted()
+_Item = int | FinishedRequest | _Aborted | None
 
 
 def count_prompt_tokens(text: str) -> int:
@@ -108,8 +132,11 @@ class _Server:
         self.loaded = False
         self.dead = False
         self.created = int(time.time())
+        self.draining = False
         self._wake = asyncio.Event()
-        self._streams: dict[str, asyncio.Queue[int | FinishedRequest | None]] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._streams: dict[str, asyncio.Queue[_Item]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._origin = 0.0
 
@@ -126,6 +153,24 @@ class _Server:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def drain(self) -> None:
+        """Refuse new requests, give running ones ``shutdown_timeout_s`` to finish (the
+        engine keeps stepping), then finish the rest as aborted."""
+        self.draining = True
+        timeout_s = self.options.shutdown_timeout_s
+        if self._streams:
+            _log.info(
+                "shutting down: %d requests running, waiting up to %g s",
+                len(self._streams),
+                timeout_s,
+            )
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        if self._streams:
+            _log.warning("shutting down: aborting %d requests", len(self._streams))
+        for queue in self._streams.values():
+            queue.put_nowait(_ABORTED)
 
     async def _load_then_run(self) -> None:
         await asyncio.sleep(self.options.startup_delay_s)
@@ -269,10 +314,17 @@ class _Server:
         stream = bool(body.get("stream", False))
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+        if self.draining:
+            return _error(
+                "the server is shutting down",
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                "ServiceUnavailableError",
+            )
         prefix = "chatcmpl" if chat else "cmpl"
         request_id = f"{prefix}-{uuid.uuid4().hex}"
-        queue: asyncio.Queue[int | FinishedRequest | None] = asyncio.Queue()
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._streams[request_id] = queue
+        self._idle.clear()
         self.engine.add_request(
             request_id,
             arrival=self.clock(),
@@ -288,6 +340,8 @@ class _Server:
             return await responder.complete(queue)
         finally:
             del self._streams[request_id]
+            if not self._streams:
+                self._idle.set()
             if not responder.done:
                 self.engine.abort(request_id)
 
@@ -347,7 +401,7 @@ class _Responder:
             "choices": choices,
         }
 
-    async def complete(self, queue: asyncio.Queue[int | FinishedRequest | None]) -> web.Response:
+    async def complete(self, queue: asyncio.Queue[_Item]) -> web.Response:
         parts: list[str] = []
         while True:
             item = await queue.get()
@@ -355,8 +409,8 @@ class _Responder:
                 return _error(
                     "the engine died", HTTPStatus.INTERNAL_SERVER_ERROR, "EngineDeadError"
                 )
-            if isinstance(item, FinishedRequest):
-                self.done = True
+            if isinstance(item, FinishedRequest | _Aborted):
+                self.done = isinstance(item, FinishedRequest)
                 body = self._envelope(
                     [self._choice("".join(parts), item.finish_reason, False)], False
                 )
@@ -367,7 +421,7 @@ class _Responder:
     async def stream(
         self,
         request: web.Request,
-        queue: asyncio.Queue[int | FinishedRequest | None],
+        queue: asyncio.Queue[_Item],
         include_usage: bool,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
@@ -392,8 +446,8 @@ class _Responder:
                     }
                 )
                 break
-            if isinstance(item, FinishedRequest):
-                self.done = True
+            if isinstance(item, FinishedRequest | _Aborted):
+                self.done = isinstance(item, FinishedRequest)
                 await send(self._envelope([self._choice("", item.finish_reason, True)], True))
                 if include_usage:
                     final = self._envelope([], True)
@@ -406,12 +460,16 @@ class _Responder:
         return response
 
 
+_SERVER = web.AppKey("server", _Server)
+
+
 def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Application:
     """The aiohttp application; the engine must have been built with ``track_tokens=True``."""
     if not engine.track_tokens:
         raise ValueError("the HTTP server needs an engine built with track_tokens=True")
     server = _Server(engine, options)
     app = web.Application(middlewares=[server.guard])
+    app[_SERVER] = server
     app.on_startup.append(server.start)
     app.on_cleanup.append(server.stop)
     app.router.add_get("/health", server.health)
@@ -420,3 +478,19 @@ def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Applicatio
     app.router.add_post("/v1/completions", server.completions)
     app.router.add_post("/v1/chat/completions", server.chat_completions)
     return app
+
+
+async def serve(app: web.Application, host: str, port: int) -> None:
+    """Serve ``app`` (from :func:`build_app`) until SIGTERM or SIGINT, then drain and stop."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=_HANDLER_GRACE_S)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await app[_SERVER].drain()
+    finally:
+        await runner.cleanup()
