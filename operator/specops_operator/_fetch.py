@@ -70,6 +70,10 @@ class ObservationSource(Protocol):
         """Take one reading between decisions."""
         ...
 
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what is kept for a service that is gone or no longer ours."""
+        ...
+
 
 def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodTarget]:
     """The pods that are Ready, have an IP and are not being deleted."""
@@ -124,44 +128,55 @@ class DirectSource:
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         return None
 
+    def forget(self, namespace: str, name: str) -> None:
+        return None
+
 
 class PrometheusServiceSource:
-    """Polls Prometheus once per tick for each service and keeps its readings in between."""
+    """Polls Prometheus once per tick for each service and keeps its readings in between.
+
+    One reader per service: a change of its URL, window or scrape interval replaces it (its
+    readings were taken for the old settings), and :meth:`forget` drops it."""
 
     def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._clock = clock
-        self._services: dict[tuple[str, str, str, int, int], Sidecar] = {}
+        self._services: dict[tuple[str, str], tuple[tuple[str, int, int], Sidecar]] = {}
 
     def _sidecar(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> Sidecar:
         url = spec.metrics.prometheus_url or ""
         window = spec.policy.evaluation_window_seconds
         scrape = spec.metrics.scrape_interval_seconds
-        key = (namespace, name, url, window, scrape)
-        found = self._services.get(key)
-        if found is None:
-            source = PrometheusSource(
-                url,
-                {"namespace": namespace, "service": name},
-                self._client,
-                lookback_s=max(4 * scrape, 60),
-            )
-            config = ObserverConfig(
-                namespace=namespace,
-                pod="",
-                service=name,
-                windows_s=(float(window),),
-                prediction_window_s=float(window),
-                stale_after_s=float(max(3 * scrape, 45)),
-            )
-            found = self._services[key] = Sidecar(source, config, clock=self._clock)
-        return found
+        settings = (url, window, scrape)
+        kept = self._services.get((namespace, name))
+        if kept is not None and kept[0] == settings:
+            return kept[1]
+        source = PrometheusSource(
+            url,
+            {"namespace": namespace, "service": name},
+            self._client,
+            lookback_s=max(4 * scrape, 60),
+        )
+        config = ObserverConfig(
+            namespace=namespace,
+            pod="",
+            service=name,
+            windows_s=(float(window),),
+            prediction_window_s=float(window),
+            stale_after_s=float(max(3 * scrape, 45)),
+        )
+        sidecar = Sidecar(source, config, clock=self._clock)
+        self._services[(namespace, name)] = (settings, sidecar)
+        return sidecar
 
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return float(spec.metrics.scrape_interval_seconds)
 
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         await self._sidecar(namespace, name, spec).poll()
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._services.pop((namespace, name), None)
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
@@ -191,6 +206,10 @@ class Observer:
 
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         await self._for(spec).sample(namespace, name, spec)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._direct.forget(namespace, name)
+        self._prometheus.forget(namespace, name)
 
     def _for(self, spec: SpeculativeServiceSpec) -> ObservationSource:
         if spec.metrics.source == "Prometheus":

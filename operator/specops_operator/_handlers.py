@@ -16,7 +16,7 @@ from specops.render import RenderOptions
 from specops_operator._control import ControlOptions, control_tick
 from specops_operator._fetch import Observer
 from specops_operator._kube import Kube, KubeApiError
-from specops_operator._metrics import RECONCILE_SECONDS, RECONCILES
+from specops_operator._metrics import RECONCILE_SECONDS, RECONCILES, forget_service
 from specops_operator._reconcile import reconcile
 
 __all__ = ["RECHECK_SECONDS"]
@@ -100,13 +100,16 @@ async def control_loop(
     """The slow loop of one SpeculativeService: a decision every evaluation window."""
     options: ControlOptions = memo.control
     log = logging.getLogger("specops.control")
-    await stopped.wait(options.initial_delay_s)
-    while not stopped:
-        try:
-            wait = await control_tick(
-                memo.kube, namespace or "default", name or "", options, memo.options, _post
-            )
-        except SpecopsError as exc:
-            log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
-            wait = options.retry_s
-        await stopped.wait(max(wait, 0.05))
+    namespace, name = namespace or "default", name or ""
+    try:
+        await stopped.wait(options.initial_delay_s)
+        while not stopped:
+            try:
+                wait = await control_tick(memo.kube, namespace, name, options, memo.options, _post)
+            except SpecopsError as exc:
+                log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
+                wait = options.retry_s
+            await stopped.wait(max(wait, 0.05))
+    finally:  # deleted, or no longer ours: keep neither its readings nor its series
+        options.source.forget(namespace, name)
+        forget_service(namespace, name)

@@ -15,6 +15,7 @@ __all__ = [
     "RECONFIGURATIONS",
     "ROLLBACKS",
     "SPECULATIVE_TOKENS",
+    "forget_service",
 ]
 
 _SERVICE = ["namespace", "service"]
@@ -70,3 +71,18 @@ ROLLBACKS = Counter(
     "Rollouts rolled back to the last good config because new pods did not become Ready.",
     _SERVICE,
 )
+
+
+def forget_service(namespace: str, name: str) -> None:
+    """Drop every series of one SpeculativeService, so a deleted one leaves no stale gauges."""
+    labels = {"namespace": namespace, "service": name}
+    for metric in (
+        DECISIONS,
+        MODE,
+        SPECULATIVE_TOKENS,
+        PREDICTED_GAIN,
+        CROSSOVER_BATCH_SIZE,
+        RECONFIGURATIONS,
+        ROLLBACKS,
+    ):
+        metric.remove_by_labels(labels)

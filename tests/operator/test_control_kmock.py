@@ -43,6 +43,7 @@ class FakeCluster:
         self.fetches = 0
         self.samples = 0
         self.interval: float | None = None
+        self.forgotten: list[tuple[str, str]] = []
 
     def now(self) -> float:
         return time.time() + self.offset
@@ -52,6 +53,9 @@ class FakeCluster:
 
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         self.samples += 1
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.forgotten.append((namespace, name))
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
@@ -258,3 +262,18 @@ async def test_a_source_that_needs_readings_is_sampled_between_decisions(
         fetched, sampled = cluster.fetches, cluster.samples
         await eventually(lambda: cluster.samples >= sampled + 5, "readings between decisions")
         assert cluster.fetches == fetched  # no decision is due for another 30 s
+
+
+async def test_a_deleted_service_leaves_no_readings_and_no_series(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=_body("Advise")) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _sample("specops_mode", mode="Advise") == 1.0, "the mode gauge")
+        async with kmock.delete(f"{SVC_PATH}/llama") as response:
+            assert response.status in (200, 202)
+        await eventually(lambda: (NS, "llama") in cluster.forgotten, "the readings dropped")
+        labels = {"namespace": NS, "service": "llama"}
+        assert REGISTRY.get_sample_value("specops_mode", {**labels, "mode": "Advise"}) is None
+        assert REGISTRY.get_sample_value("specops_speculative_tokens", labels) is None

@@ -9,6 +9,7 @@ import httpx
 import yaml
 from specops_operator._fetch import (
     DirectSource,
+    Fetched,
     Observer,
     PodTarget,
     PrometheusServiceSource,
@@ -158,3 +159,26 @@ async def test_sidecars_sample_themselves() -> None:
         observer = Observer(client)
         assert observer.sampling_interval(_spec()) is None
         await observer.sample("ml", "llama", _spec())
+
+
+async def test_new_settings_or_a_forgotten_service_start_the_readings_afresh() -> None:
+    now = 1_000_000.0
+    answers = iter([_matrix(now - 30 + 10 * i, 4, 100 * (i + 1)) for i in range(5)])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=json.dumps(next(answers)))
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090", scrapeIntervalSeconds=10)
+    moved = _spec(source="Prometheus", prometheusUrl="http://prom-2:9090", scrapeIntervalSeconds=10)
+
+    def readings(fetched: Fetched) -> int:
+        (window,) = fetched.observations[0].windows
+        return window.readings
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        observer = Observer(client, clock=lambda: now)
+        await observer.sample("ml", "llama", spec)
+        assert readings(await observer.fetch("ml", "llama", spec, [])) == 2
+        assert readings(await observer.fetch("ml", "llama", moved, [])) == 1
+        observer.forget("ml", "llama")
+        assert readings(await observer.fetch("ml", "llama", moved, [])) == 1
