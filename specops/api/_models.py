@@ -76,6 +76,7 @@ OWNED_FLAGS: tuple[str, ...] = (
     "--spec-method",
     "--spec-model",
     "--spec-tokens",
+    "--shutdown-timeout",
 )
 _OWNED_FLAGS_RE = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"
 
@@ -285,6 +286,8 @@ class EngineSpec(CrdModel):
     """Secret with a Hugging Face token, exposed to vLLM as HF_TOKEN."""
     shm_size: Quantity = "8Gi"
     """Size of the /dev/shm memory emptyDir (NCCL and tensor parallelism use it)."""
+    termination_grace_period_seconds: int = Field(default=120, ge=15, le=3600)
+    """Pod grace period: a 5 s preStop pause, then vLLM drains requests for up to this less 10 s."""
 
 
 class SpeculativeTokens(CrdModel):

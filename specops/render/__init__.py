@@ -4,9 +4,11 @@ from specops.render._defaults import apply_defaults
 from specops.render._objects import (
     ENGINE_PORT,
     HASH_ANNOTATION,
+    PRE_STOP_SLEEP_SECONDS,
     SIDECAR_PORT,
     RenderOptions,
     child_labels,
+    engine_shutdown_timeout,
     performance_profile,
     render_deployment,
     render_objects,
@@ -29,6 +31,7 @@ from specops.render._speculation import (
 __all__ = [
     "ENGINE_PORT",
     "HASH_ANNOTATION",
+    "PRE_STOP_SLEEP_SECONDS",
     "SIDECAR_PORT",
     "Plan",
     "RenderOptions",
@@ -36,6 +39,7 @@ __all__ = [
     "apply_defaults",
     "child_labels",
     "controller_choice_applies",
+    "engine_shutdown_timeout",
     "performance_profile",
     "plan",
     "render_deployment",

@@ -20,9 +20,11 @@ from specops.render._speculation import SpeculationInForce, vllm_speculative_con
 __all__ = [
     "ENGINE_PORT",
     "HASH_ANNOTATION",
+    "PRE_STOP_SLEEP_SECONDS",
     "SIDECAR_PORT",
     "RenderOptions",
     "child_labels",
+    "engine_shutdown_timeout",
     "render_deployment",
     "render_objects",
     "render_pdb",
@@ -38,6 +40,13 @@ SIDECAR_PORT = 9090
 HASH_ANNOTATION = "specops.io/render-hash"
 SPECULATIVE_CONFIG_ANNOTATION = "specops.io/speculative-config"
 GPU_RESOURCE = "nvidia.com/gpu"
+# A stopping pod waits this long before its engine gets SIGTERM: the Service's endpoints
+# (kube-proxy, ingress and mesh proxies) drop it meanwhile, so no new request reaches an
+# engine that has begun to refuse them.
+PRE_STOP_SLEEP_SECONDS = 5
+# What vLLM needs after draining to tear down (engine core processes, GPU memory) before
+# the grace period ends in SIGKILL.
+_TEARDOWN_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,12 @@ def _http_probe(path: str, port: str, period: int, failures: int) -> Obj:
     }
 
 
+def engine_shutdown_timeout(spec: SpeculativeServiceSpec) -> int:
+    """vLLM's --shutdown-timeout: the grace period less the preStop pause and the teardown."""
+    grace = spec.engine.termination_grace_period_seconds
+    return grace - PRE_STOP_SLEEP_SECONDS - _TEARDOWN_SECONDS
+
+
 def _engine_args(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) -> list[str]:
     engine = spec.engine
     args = [
@@ -95,6 +110,8 @@ def _engine_args(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) 
         str(engine.tensor_parallel_size),
         "--max-num-seqs",
         str(engine.max_num_seqs),
+        "--shutdown-timeout",
+        str(engine_shutdown_timeout(spec)),
     ]
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
@@ -141,6 +158,7 @@ def _engine_container(spec: SpeculativeServiceSpec, speculation: SpeculationInFo
         "startupProbe": _http_probe("/health", "http", period=10, failures=180),
         "readinessProbe": _http_probe("/health", "http", period=5, failures=3),
         "livenessProbe": _http_probe("/health", "http", period=15, failures=4),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "model-cache", "mountPath": spec.engine.model_cache.mount_path},
@@ -229,13 +247,16 @@ def render_deployment(
     speculation: SpeculationInForce,
     options: RenderOptions,
 ) -> Obj:
-    """The vLLM Deployment: engine plus sidecar; a spec change rolls with no capacity lost."""
+    """The vLLM Deployment: engine plus sidecar; a spec change rolls with no capacity lost,
+    and an old pod finishes its running requests before it goes (preStop pause, then
+    vLLM's --shutdown-timeout within the grace period)."""
     config = vllm_speculative_config(spec, speculation)
     pod_spec: Obj = {
         "containers": [
             _engine_container(spec, speculation),
             _sidecar_container(name, namespace, spec, options),
         ],
+        "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
         "volumes": _volumes(spec),
     }
     if spec.engine.node_selector:

@@ -205,6 +205,18 @@ BAD: list[tuple[str, dict[str, Any], str, bool]] = [
         True,
     ),
     (
+        "shutdown timeout in extraArgs",
+        _with("engine.extraArgs", ["--shutdown-timeout=30"]),
+        "spec.engine.extraArgs must not carry flags the operator sets",
+        True,
+    ),
+    (
+        "grace period too short to drain",
+        _with("engine.terminationGracePeriodSeconds", 10),
+        "spec.engine.terminationGracePeriodSeconds: Input should be greater than or equal to 15",
+        False,
+    ),
+    (
         "speculative config in extraArgs",
         _with("engine.extraArgs", ["-sc", "{}"]),
         "spec.engine.extraArgs must not carry flags the operator sets",
@@ -389,6 +401,7 @@ GOOD_SPECS = [
         ("engine.tensorParallelSize", 4),
         ("speculation.draftTensorParallelSize", 4),
         ("engine.extraArgs", ["--enable-prefix-caching", "--gpu-memory-utilization=0.9"]),
+        ("engine.terminationGracePeriodSeconds", 600),
     ),
     _merge(
         ("policy", {"objective": "Goodput", "tpotTargetMilliseconds": 40}),

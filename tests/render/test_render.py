@@ -16,6 +16,7 @@ from specops.cli import main
 from specops.errors import SpecValidationError
 from specops.render import (
     HASH_ANNOTATION,
+    PRE_STOP_SLEEP_SECONDS,
     RenderOptions,
     SpeculationInForce,
     apply_defaults,
@@ -90,6 +91,24 @@ def test_deployment_runs_vllm_with_the_speculative_config_and_the_sidecar() -> N
     labels = deployment["metadata"]["labels"]
     assert labels["app.kubernetes.io/managed-by"] == "specops"
     assert labels["specops.io/service"] == "llama"
+
+
+@pytest.mark.parametrize(("grace", "drain"), [(None, 110), (15, 5), (600, 590)])
+def test_a_stopping_pod_drains_within_its_grace_period(grace: int | None, drain: int) -> None:
+    spec = copy.deepcopy(SPEC)
+    if grace is not None:
+        spec["engine"]["terminationGracePeriodSeconds"] = grace
+    (deployment, *_) = _render(spec)
+    pod = deployment["spec"]["template"]["spec"]
+    engine, sidecar = pod["containers"]
+    assert pod["terminationGracePeriodSeconds"] == (grace or 120)
+    # The Service drops the pod during the preStop pause; vLLM then drains for the rest of
+    # the grace period less its teardown, and refuses new requests meanwhile.
+    assert engine["lifecycle"] == {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}}
+    args = engine["args"]
+    assert args[args.index("--shutdown-timeout") + 1] == str(drain)
+    assert PRE_STOP_SLEEP_SECONDS + drain < pod["terminationGracePeriodSeconds"]
+    assert "lifecycle" not in sidecar
 
 
 def test_mode_off_drops_the_speculative_config() -> None:
