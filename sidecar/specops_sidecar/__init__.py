@@ -3,10 +3,11 @@
 from specops_sidecar._exposition import SourceCounts, metric_families
 from specops_sidecar._server import build_app, poll_forever
 from specops_sidecar._sidecar import OncePerCause, Sidecar
-from specops_sidecar._sources import DirectSource, MetricsSource, PrometheusSource
+from specops_sidecar._sources import DirectSource, HttpClient, MetricsSource, PrometheusSource
 
 __all__ = [
     "DirectSource",
+    "HttpClient",
     "MetricsSource",
     "OncePerCause",
     "PrometheusSource",

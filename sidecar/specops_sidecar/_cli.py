@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 
+import aiohttp
 import click
-import httpx
 from aiohttp import web
 
 from specops.errors import SpecopsError
@@ -15,7 +16,7 @@ from specops.observation import ObserverConfig
 from specops.profiles import get_profile, profile_names
 from specops_sidecar._server import build_app
 from specops_sidecar._sidecar import Sidecar
-from specops_sidecar._sources import DirectSource, MetricsSource, PrometheusSource
+from specops_sidecar._sources import DirectSource, HttpClient, MetricsSource, PrometheusSource
 
 __all__ = ["sidecar"]
 
@@ -154,20 +155,24 @@ def sidecar(
         )
     except (ValueError, SpecopsError) as exc:
         raise click.UsageError(str(exc)) from exc
-    client = httpx.AsyncClient(timeout=httpx.Timeout(min(scrape_interval, 10.0)))
-    source: MetricsSource
+    connect: Callable[[HttpClient], MetricsSource]
     if source_kind == "prometheus":
         if not prometheus_url:
             raise click.UsageError("the Prometheus source needs --prometheus-url")
         lookback = max(4 * scrape_interval, 60.0)
-        source = PrometheusSource(prometheus_url, matchers, client, lookback_s=lookback)
+        connect = functools.partial(PrometheusSource, prometheus_url, matchers, lookback_s=lookback)
     else:
-        source = DirectSource(engine_url, client)
-    app = build_app(Sidecar(source, config), scrape_interval)
+        connect = functools.partial(DirectSource, engine_url)
 
-    async def close_client(_: web.Application) -> AsyncIterator[None]:
-        yield
-        await client.aclose()
+    async def serve() -> web.Application:
+        """The app, built inside the event loop that the client session must belong to."""
+        client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(min(scrape_interval, 10.0)))
+        app = build_app(Sidecar(connect(client), config), scrape_interval)
 
-    app.cleanup_ctx.append(close_client)
-    web.run_app(app, host=host, port=port, print=None, access_log=None)
+        async def close_client(_: web.Application) -> None:
+            await client.close()
+
+        app.on_cleanup.append(close_client)  # runs after the poll loop has stopped
+        return app
+
+    web.run_app(serve(), host=host, port=port, print=None, access_log=None)

@@ -1,8 +1,11 @@
 """Where readings come from: the engine's own ``/metrics``, or Prometheus's HTTP API.
 
 A source is anything with ``kind``, ``target`` and an async ``read()`` returning a
-:class:`~specops.observation.Reading` (or None when there is nothing new). Both take an
-``httpx.AsyncClient``, so tests swap the network for ``httpx.MockTransport``. Every
+:class:`~specops.observation.Reading` (or None when there is nothing new). Both read
+through an :data:`HttpClient`: the sidecar passes an ``aiohttp.ClientSession``, since its
+server already loads aiohttp and httpx would add its own import tree (and an SSL context)
+to every pod; the operator, which uses httpx anyway, passes an ``httpx.AsyncClient``, and
+tests swap the network for ``httpx.MockTransport`` or an aiohttp test server. Every
 failure is a :class:`MetricsError` whose message starts with a stable cause, then
 ``": "`` and the detail, so the shell can log once per cause.
 """
@@ -12,9 +15,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
-import httpx
+import aiohttp
 
 from specops.errors import MetricsError
 from specops.observation import (
@@ -24,11 +27,17 @@ from specops.observation import (
     prometheus_selector,
 )
 
+if TYPE_CHECKING:
+    import httpx
+
 __all__ = [
     "DirectSource",
+    "HttpClient",
     "MetricsSource",
     "PrometheusSource",
 ]
+
+HttpClient: TypeAlias = "aiohttp.ClientSession | httpx.AsyncClient"
 
 
 class MetricsSource(Protocol):
@@ -42,14 +51,26 @@ class MetricsSource(Protocol):
 
 
 async def _get(
-    client: httpx.AsyncClient, url: str, params: Mapping[str, str] | None = None
-) -> httpx.Response:
+    client: HttpClient, url: str, params: Mapping[str, str] | None = None
+) -> tuple[int, str]:
+    """The status and body of a GET, or a MetricsError when the server cannot be read."""
+    if isinstance(client, aiohttp.ClientSession):
+        try:
+            async with client.get(url, params=params) as response:
+                return response.status, await response.text(errors="replace")
+        except TimeoutError as exc:
+            raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
+        except aiohttp.ClientError as exc:
+            raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
+    import httpx  # only callers that hold an httpx client get here, so it is loaded already
+
     try:
-        return await client.get(url, params=params)
+        answer = await client.get(url, params=params)
     except httpx.TimeoutException as exc:
         raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
     except httpx.HTTPError as exc:
         raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
+    return answer.status_code, answer.text
 
 
 class DirectSource:
@@ -60,7 +81,7 @@ class DirectSource:
     def __init__(
         self,
         engine_url: str,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._url = engine_url.rstrip("/") + "/metrics"
@@ -72,12 +93,10 @@ class DirectSource:
         return self._url
 
     async def read(self) -> Reading:
-        response = await _get(self._client, self._url)
-        if response.status_code != 200:
-            raise MetricsError(
-                f"engine answered HTTP {response.status_code}: {response.text[:200]!r}"
-            )
-        return parse_exposition(response.text, self._clock())
+        status, text = await _get(self._client, self._url)
+        if status != 200:
+            raise MetricsError(f"engine answered HTTP {status}: {text[:200]!r}")
+        return parse_exposition(text, self._clock())
 
 
 class PrometheusSource:
@@ -94,7 +113,7 @@ class PrometheusSource:
         self,
         prometheus_url: str,
         matchers: Mapping[str, str],
-        client: httpx.AsyncClient,
+        client: HttpClient,
         lookback_s: float = 60.0,
     ) -> None:
         self._url = prometheus_url.rstrip("/") + "/api/v1/query"
@@ -107,13 +126,11 @@ class PrometheusSource:
         return f"{self._url}?query={self._query}"
 
     async def read(self) -> Reading | None:
-        response = await _get(self._client, self._url, {"query": self._query})
+        status, text = await _get(self._client, self._url, {"query": self._query})
         try:
-            payload = json.loads(response.text)
+            payload = json.loads(text)
         except ValueError as exc:
-            raise MetricsError(
-                f"Prometheus answered HTTP {response.status_code} without JSON: {exc}"
-            ) from exc
+            raise MetricsError(f"Prometheus answered HTTP {status} without JSON: {exc}") from exc
         reading = parse_prometheus_matrix(payload)
         if reading is None:
             raise MetricsError(

@@ -1,9 +1,10 @@
 """Both sources on the same data: a real ``specops sim serve`` scraped by a real Prometheus.
 
-Both histories start at the idle engine and end after the load stops and Prometheus has
-scraped the final state. Windowed counter sums telescope to (last - first), so every
-counter-based estimate (acceptance, E(k), latency quantiles) must be identical whatever
-the readings in between; rates and step times differ only by where the readings fell.
+Both read through the sidecar's own client (aiohttp). Both histories start at the idle
+engine and end after the load stops and Prometheus has scraped the final state. Windowed
+counter sums telescope to (last - first), so every counter-based estimate (acceptance,
+E(k), latency quantiles) must be identical whatever the readings in between; rates and
+step times differ only by where the readings fell.
 """
 
 import asyncio
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+import aiohttp
 import httpx
 import pytest
 from specops_sidecar import DirectSource, PrometheusSource
@@ -94,7 +96,7 @@ def _observe(
 
 
 async def test_direct_and_prometheus_sources_agree(engine_url: str, prometheus_url: str) -> None:
-    async with httpx.AsyncClient(timeout=5.0) as client:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(5.0)) as client:
         direct = DirectSource(engine_url, client)
         prometheus = PrometheusSource(prometheus_url, LABELS, client, lookback_s=30)
         # Both must first see the idle engine.

@@ -1,8 +1,8 @@
-"""Both sources through httpx.MockTransport: readings, failures, and agreement."""
+"""Both sources through both HTTP clients: readings, failures, and agreement."""
 
 import json
+from collections.abc import Mapping
 
-import httpx
 import pytest
 from specops_sidecar import DirectSource, PrometheusSource
 
@@ -11,105 +11,111 @@ from specops.observation import (
     ObserverConfig,
     SourceObservation,
     observe,
+    prometheus_selector,
     snapshot_from_reading,
 )
 from specops.profiles import get_profile
 from tests.observation.fake_vllm import FakeVllm
 
-from .conftest import matrix_from_page, page_handler
+from .conftest import Handler, Network, matrix_from_page, page_handler
 
 
-def client(handler: httpx.MockTransport) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=handler)
+def constant(status: int, body: str) -> Handler:
+    return lambda _path, _query: (status, body)
 
 
-async def test_direct_source_reads_the_engine_page() -> None:
+async def test_direct_source_reads_the_engine_page(network: Network) -> None:
     engine = FakeVllm(k=2)
     engine.draft(10, [6, 3])
-    source = DirectSource(
-        "http://engine:8000/", client(httpx.MockTransport(page_handler(engine))), lambda: 42.0
-    )
+    served = await network.serve(page_handler(engine))
+    source = DirectSource(served.url + "/", served.client, lambda: 42.0)
     reading = await source.read()
     assert reading.timestamp == 42.0
-    assert source.target == "http://engine:8000/metrics"
+    assert source.target == f"{served.url}/metrics"
     assert any(s.name == "vllm:spec_decode_num_drafts_total" for s in reading.series)
 
 
 @pytest.mark.parametrize(
-    ("response", "message"),
+    ("status", "body", "message"),
     [
-        (httpx.Response(503, text="engine dead"), "engine answered HTTP 503"),
-        (httpx.Response(200, text="<html>hello</html>"), "none of vLLM's"),
-        (httpx.Response(200, text='vllm:num_requests_running{engine="0 3\n'), "malformed"),
+        (503, "engine dead", "engine answered HTTP 503: 'engine dead'"),
+        (200, "<html>hello</html>", "none of vLLM's"),
+        (200, 'vllm:num_requests_running{engine="0 3\n', "malformed"),
     ],
 )
 async def test_direct_source_failures_are_metrics_errors(
-    response: httpx.Response, message: str
+    network: Network, status: int, body: str, message: str
 ) -> None:
-    source = DirectSource("http://engine:8000", client(httpx.MockTransport(lambda _: response)))
+    served = await network.serve(constant(status, body))
+    source = DirectSource(served.url, served.client)
     with pytest.raises(MetricsError, match=message):
         await source.read()
 
 
-async def test_unreachable_engine_is_a_metrics_error() -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
-
-    source = DirectSource("http://engine:8000", client(httpx.MockTransport(refuse)))
-    with pytest.raises(MetricsError, match=r"^cannot reach http://engine:8000/metrics: "):
+async def test_unreachable_engine_is_a_metrics_error(network: Network) -> None:
+    served = await network.unreachable()
+    source = DirectSource(served.url, served.client)
+    with pytest.raises(MetricsError, match=rf"^cannot reach {served.url}/metrics: "):
         await source.read()
 
 
-async def test_prometheus_source_queries_the_pods_series_and_skips_repeats() -> None:
+async def test_engine_that_does_not_answer_in_time_is_a_metrics_error(network: Network) -> None:
+    served = await network.hanging()
+    source = DirectSource(served.url, served.client)
+    with pytest.raises(MetricsError, match=rf"^timed out reading {served.url}/metrics: "):
+        await source.read()
+
+
+async def test_prometheus_source_queries_the_pods_series_and_skips_repeats(
+    network: Network,
+) -> None:
     engine = FakeVllm(k=2)
     queries: list[str] = []
     stamp = {"t": 100.0}
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/api/v1/query"
-        queries.append(request.url.params["query"])
-        return httpx.Response(200, json=matrix_from_page(engine, stamp["t"]))
+    def answer(path: str, query: Mapping[str, str]) -> tuple[int, str]:
+        assert path == "/api/v1/query"
+        queries.append(query["query"])
+        return 200, json.dumps(matrix_from_page(engine, stamp["t"]))
 
-    source = PrometheusSource(
-        "http://prom:9090", {"namespace": "ns", "pod": "p-0"}, client(httpx.MockTransport(answer))
-    )
+    served = await network.serve(answer)
+    source = PrometheusSource(served.url, {"namespace": "ns", "pod": "p-0"}, served.client)
     first = await source.read()
     assert first is not None and first.timestamp == 100.0
     assert await source.read() is None  # Prometheus has not scraped again
     stamp["t"] = 115.0
     assert (await source.read()) is not None
+    # the query arrives intact through the client's URL encoding
+    assert queries[0] == prometheus_selector({"namespace": "ns", "pod": "p-0"}) + "[60s]"
     assert queries[0].endswith('namespace="ns",pod="p-0"}[60s]')
 
 
 @pytest.mark.parametrize(
-    ("response", "message"),
+    ("status", "body", "message"),
     [
         (
-            httpx.Response(
-                400, json={"status": "error", "errorType": "bad_data", "error": "parse error"}
-            ),
+            400,
+            json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}),
             r"PromQL error \(bad_data\)",
         ),
-        (httpx.Response(502, text="bad gateway"), "HTTP 502 without JSON"),
+        (502, "bad gateway", "HTTP 502 without JSON"),
         (
-            httpx.Response(
-                200, json={"status": "success", "data": {"resultType": "matrix", "result": []}}
-            ),
+            200,
+            json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}),
             "no series in Prometheus",
         ),
     ],
 )
 async def test_prometheus_failures_are_metrics_errors(
-    response: httpx.Response, message: str
+    network: Network, status: int, body: str, message: str
 ) -> None:
-    source = PrometheusSource(
-        "http://prom:9090", {"pod": "p"}, client(httpx.MockTransport(lambda _: response))
-    )
+    served = await network.serve(constant(status, body))
+    source = PrometheusSource(served.url, {"pod": "p"}, served.client)
     with pytest.raises(MetricsError, match=message):
         await source.read()
 
 
-async def test_both_sources_give_the_same_observation_on_the_same_data() -> None:
+async def test_both_sources_give_the_same_observation_on_the_same_data(network: Network) -> None:
     """Prometheus scraped the very pages the direct source read, at the same times."""
     engine = FakeVllm(k=3)
     engine.load(running=8)
@@ -124,18 +130,13 @@ async def test_both_sources_give_the_same_observation_on_the_same_data() -> None
 
     index = {"i": 0}
 
-    def direct(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, text=pages[index["i"]][1])
+    def answer(path: str, _: Mapping[str, str]) -> tuple[int, str]:
+        page, matrix = pages[index["i"]][1:]
+        return 200, page if path == "/metrics" else json.dumps(matrix)
 
-    def prometheus(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, text=json.dumps(pages[index["i"]][2]))
-
-    direct_source = DirectSource(
-        "http://e:8000", client(httpx.MockTransport(direct)), lambda: pages[index["i"]][0]
-    )
-    prom_source = PrometheusSource(
-        "http://prom:9090", {"pod": "p-0"}, client(httpx.MockTransport(prometheus))
-    )
+    served = await network.serve(answer)
+    direct_source = DirectSource(served.url, served.client, lambda: pages[index["i"]][0])
+    prom_source = PrometheusSource(served.url, {"pod": "p-0"}, served.client)
     from_direct, from_prom = [], []
     for i in range(len(pages)):
         index["i"] = i
