@@ -4,18 +4,22 @@ kwok's fake nodes run nothing. The pod runner gives each scheduled pod of a
 SpeculativeService local processes built from the pod's own containers (``vllm serve``
 becomes ``specops sim serve`` with the same flags; the sidecar keeps its own), a
 Prometheus file_sd target per process labelled with the pod's namespace and name, and a
-round-robin proxy per service, and stops them when the pod goes. Its probes decide when
-kwok marks a pod Ready (the ``specops.io/engine-ready`` annotation).
+round-robin proxy per service, and stops them when the pod goes, as the kubelet does
+(preStop, SIGTERM, SIGKILL at the end of the grace period). Its probes decide when kwok
+marks a pod Ready (the ``specops.io/engine-ready`` annotation).
 """
 
 from specops.podrunner._errors import PodRunnerError
 from specops.podrunner._kube import KubePodSource
 from specops.podrunner._plan import (
+    EXIT_STOP,
     Actions,
     Running,
+    StopTimes,
     plan_actions,
     readiness_marks,
     restart_backoff_s,
+    stop_times,
     wanted_pods,
 )
 from specops.podrunner._pods import (
@@ -48,6 +52,7 @@ from specops.podrunner._translate import (
 )
 
 __all__ = [
+    "EXIT_STOP",
     "JOB_NAME",
     "PROFILE_ANNOTATION",
     "SERVICE_LABEL",
@@ -71,6 +76,7 @@ __all__ = [
     "Running",
     "ServiceEndpoint",
     "SimOptions",
+    "StopTimes",
     "container_env",
     "default_specops_command",
     "expand",
@@ -82,5 +88,6 @@ __all__ = [
     "read_state",
     "readiness_marks",
     "restart_backoff_s",
+    "stop_times",
     "wanted_pods",
 ]

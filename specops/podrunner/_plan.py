@@ -7,6 +7,9 @@ terminating nor finished. A pod whose processes died is restarted after a doubli
 back-off, as the kubelet restarts a crashing container. A pod's readiness goes back to
 the API server as the ``specops.io/engine-ready`` annotation, which kwok's stages turn
 into the pod's Ready condition (see ``specops.cluster``).
+
+A pod that goes stops as the kubelet stops it (``stop_times``): each container's preStop
+hook first, SIGTERM when the hook ends, SIGKILL when the pod's grace period ends.
 """
 
 from __future__ import annotations
@@ -18,17 +21,22 @@ from specops.cluster import ENGINE_READY_ANNOTATION
 from specops.podrunner._pods import Pod, PodKey
 
 __all__ = [
+    "EXIT_STOP",
     "Actions",
     "Running",
+    "StopTimes",
     "plan_actions",
     "readiness_marks",
     "restart_backoff_s",
+    "stop_times",
     "wanted_pods",
 ]
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 _BACKOFF_BASE_S = 5.0
 _BACKOFF_MAX_S = 300.0
+# The kubelet's one-off extension for a preStop hook still running when the grace period ends.
+_HOOK_OVERRUN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,27 @@ class Actions:
 
     def __bool__(self) -> bool:
         return bool(self.start or self.stop or self.restart)
+
+
+@dataclass(frozen=True)
+class StopTimes:
+    """When a stopping container gets SIGTERM and SIGKILL, in seconds after its pod went."""
+
+    term_after_s: float
+    kill_after_s: float
+
+
+# The runner itself exiting: its proxies are closed already, so there is nothing to drain.
+EXIT_STOP = StopTimes(term_after_s=0.0, kill_after_s=10.0)
+
+
+def stop_times(pre_stop_s: float, grace_s: float) -> StopTimes:
+    """The kubelet's order for one container: its preStop hook runs first, SIGTERM follows
+    when the hook ends, SIGKILL when the pod's grace period ends; a hook that overruns the
+    grace period is cut there, and the container gets 2 s more."""
+    if pre_stop_s < grace_s:
+        return StopTimes(term_after_s=pre_stop_s, kill_after_s=grace_s)
+    return StopTimes(term_after_s=grace_s, kill_after_s=grace_s + _HOOK_OVERRUN_S)
 
 
 def wanted_pods(pods: Iterable[Pod], nodes: Collection[str]) -> dict[PodKey, Pod]:

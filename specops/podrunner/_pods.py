@@ -53,12 +53,32 @@ class EnvVar(_Model):
     value_from: _ValueFrom | None = Field(default=None, alias="valueFrom")
 
 
+class _SleepAction(_Model):
+    seconds: int = Field(ge=0)
+
+
+class _Handler(_Model):
+    sleep: _SleepAction | None = None
+
+
+class _Lifecycle(_Model):
+    pre_stop: _Handler | None = Field(default=None, alias="preStop")
+
+
 class Container(_Model):
     name: str
     image: str = ""
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     env: tuple[EnvVar, ...] = ()
+    lifecycle: _Lifecycle | None = None
+
+    @property
+    def pre_stop_sleep_s(self) -> float:
+        """Seconds of the container's ``preStop`` sleep action: the kubelet runs it before
+        SIGTERM. Other hooks (exec, httpGet) have nothing to run against here: 0."""
+        hook = self.lifecycle.pre_stop if self.lifecycle is not None else None
+        return float(hook.sleep.seconds) if hook is not None and hook.sleep is not None else 0.0
 
 
 class _Metadata(_Model):
@@ -73,6 +93,9 @@ class _Metadata(_Model):
 class _Spec(_Model):
     node_name: str | None = Field(default=None, alias="nodeName")
     containers: tuple[Container, ...]
+    termination_grace_period_seconds: int = Field(
+        default=30, ge=0, alias="terminationGracePeriodSeconds"
+    )
 
 
 class _Status(_Model):
@@ -80,7 +103,8 @@ class _Status(_Model):
 
 
 class Pod(_Model):
-    """A Pod as far as the runner cares: identity, labels, node, containers, phase."""
+    """A Pod as far as the runner cares: identity, labels, node, containers (with their
+    preStop sleeps), grace period, phase."""
 
     metadata: _Metadata
     spec: _Spec

@@ -8,6 +8,11 @@ pass it probes every engine's ``/health`` and sidecar's ``/healthz``, rewrites t
 targets of the Prometheus it may have started, serves a round-robin proxy per service,
 and writes the state file.
 
+A pod that goes stops as on a real node, in the background while the loop runs on: it
+leaves its service's proxy (its endpoints) at once, each container gets SIGTERM when its
+preStop sleep ends and SIGKILL when the pod's terminationGracePeriodSeconds ends, so an
+engine drains the requests it is serving while its successor loads and turns ready.
+
 Those probes are the pods' readiness probes: a pod is ready once all its processes
 answer. The runner writes that to the pod as the ``specops.io/engine-ready`` annotation,
 and kwok's stages for these pods turn it into the Ready condition, so a Deployment rolls
@@ -15,7 +20,8 @@ on only as fast as new engines load, as the kubelet's probes make it on a real n
 same view picks the engines a service's proxy uses and is ``ready`` in the state file.
 
 Every child runs in a session of its own and gets SIGTERM if the runner's thread dies
-(``PR_SET_PDEATHSIG``); ``run`` stops them all on the way out, whatever the reason.
+(``PR_SET_PDEATHSIG``); ``run`` stops them all on the way out, whatever the reason, those
+still draining too.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ import asyncio
 import ctypes
 import json
 import logging
+import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,8 +47,17 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from specops.cluster._process import free_ports
 from specops.podrunner._errors import PodRunnerError
-from specops.podrunner._plan import Running, plan_actions, readiness_marks, wanted_pods
+from specops.podrunner._plan import (
+    EXIT_STOP,
+    Running,
+    StopTimes,
+    plan_actions,
+    readiness_marks,
+    stop_times,
+    wanted_pods,
+)
 from specops.podrunner._pods import Pod, PodKey, parse_pod
 from specops.podrunner._prometheus import file_sd_targets, prometheus_config
 from specops.podrunner._proxy import build_proxy_app
@@ -61,7 +76,7 @@ __all__ = ["PodRunner", "PodSource", "RunnerOptions", "default_specops_command"]
 _log = logging.getLogger("specops.podrunner")
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_STOP_GRACE_S = 5.0
+_EXIT_POLL_S = 0.1
 _PROBE_TIMEOUT_S = 1.0
 _PROMETHEUS_START_S = 60.0
 
@@ -107,13 +122,6 @@ class PodSource(Protocol):
         ...
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _term_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -132,16 +140,27 @@ def _spawn(argv: Sequence[str], log: Path, env: Mapping[str, str]) -> subprocess
         )
 
 
-async def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after a grace period; reaps the child."""
-    if process.poll() is not None:
+async def _exited_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
+    """Whether ``process`` exits (and is reaped) within ``seconds``; polls, so that many
+    draining processes hold no threads."""
+    deadline = time.monotonic() + seconds
+    while process.poll() is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_EXIT_POLL_S)
+    return True
+
+
+async def _stop(process: subprocess.Popen[bytes], times: StopTimes) -> None:
+    """SIGTERM at ``times.term_after_s``, SIGKILL at ``times.kill_after_s`` unless it has
+    exited by then; reaps it."""
+    if await _exited_within(process, times.term_after_s):
         return
     process.terminate()
-    try:
-        await asyncio.to_thread(process.wait, _STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        await asyncio.to_thread(process.wait)
+    if await _exited_within(process, times.kill_after_s - times.term_after_s):
+        return
+    process.kill()
+    await _exited_within(process, math.inf)
 
 
 def _tail(log: Path, lines: int = 15) -> str:
@@ -172,6 +191,23 @@ class _Proxy:
     url: str
 
 
+def _endpoints(held: _PodProcesses) -> PodEndpoints:
+    launch = held.launch
+    return PodEndpoints(
+        namespace=launch.key.namespace,
+        pod=launch.key.name,
+        uid=launch.key.uid,
+        service=launch.service,
+        node=launch.node,
+        engine_url=launch.engine.url,
+        sidecar_url=launch.sidecar.url if launch.sidecar else None,
+        speculative_config=launch.speculative_config,
+        ready=held.ready,
+        restarts=held.restarts,
+        pids={name: child.pid for name, child in held.children.items()},
+    )
+
+
 class PodRunner:
     """Runs the pods of a :class:`PodSource` as local processes until told to stop."""
 
@@ -179,6 +215,7 @@ class PodRunner:
         self.source = source
         self.options = options
         self._pods: dict[PodKey, _PodProcesses] = {}
+        self._stopping: dict[PodKey, tuple[_PodProcesses, asyncio.Task[None]]] = {}
         self._failed: dict[PodKey, str] = {}
         self._proxies: dict[tuple[str, str], _Proxy] = {}
         self._prometheus_url: str | None = None
@@ -212,15 +249,19 @@ class PodRunner:
             _log.warning("cannot list pods (keeping what runs): %s", exc)
             return
         pods = [pod for obj in listed if (pod := self._parse(obj)) is not None]
-        wanted = {k: p for k, p in wanted_pods(pods, nodes).items() if k not in self._failed}
+        wanted = {
+            k: p
+            for k, p in wanted_pods(pods, nodes).items()
+            if k not in self._failed and k not in self._stopping
+        }
         running = {key: held.running() for key, held in self._pods.items()}
         now = time.monotonic()
         self._note_exits(running, now)
         actions = plan_actions(wanted, running, now)
         for key in actions.stop:
-            await self._stop_pod(self._pods.pop(key))
+            self._begin_stop(self._pods.pop(key))
         for key in actions.restart:
-            await self._restart_pod(self._pods[key])
+            self._restart_pod(self._pods[key])
         for key in actions.start:
             self._start_pod(wanted[key])
         listed_keys = {pod.key for pod in pods}
@@ -259,20 +300,20 @@ class PodRunner:
     def _log_path(self, key: PodKey, container: str) -> Path:
         return self.options.work_dir / "logs" / f"{key.namespace}_{key.name}_{container}.log"
 
-    def _spawn_all(self, launch: PodLaunch) -> dict[str, subprocess.Popen[bytes]]:
-        """Start every process of ``launch``, or none: a failure stops those already started."""
+    def _spawn_all(
+        self, key: PodKey, processes: Sequence[ProcessSpec]
+    ) -> dict[str, subprocess.Popen[bytes]]:
+        """Start every one of ``processes``, or none: a failure stops those already started."""
         children: dict[str, subprocess.Popen[bytes]] = {}
-        for process in launch.processes:
-            log = self._log_path(launch.key, process.container)
+        for process in processes:
+            log = self._log_path(key, process.container)
             try:
                 children[process.container] = _spawn(process.argv, log, dict(process.env))
             except OSError as exc:
                 for child in children.values():
                     child.kill()
                     child.wait()
-                raise PodRunnerError(
-                    f"pod {launch.key}: cannot start {process.argv[0]}: {exc}"
-                ) from exc
+                raise PodRunnerError(f"pod {key}: cannot start {process.argv[0]}: {exc}") from exc
         return children
 
     def _fail(self, key: PodKey, error: PodRunnerError) -> None:
@@ -280,14 +321,15 @@ class PodRunner:
         self._failed[key] = str(error)
 
     def _start_pod(self, pod: Pod) -> None:
+        engine_port, sidecar_port = free_ports(2)
         try:
             launch = launch_plan(
                 pod,
-                Ports(engine=_free_port(), sidecar=_free_port()),
+                Ports(engine=engine_port, sidecar=sidecar_port),
                 self.options.sim,
                 self.options.specops_command,
             )
-            children = self._spawn_all(launch)
+            children = self._spawn_all(launch.key, launch.processes)
         except PodRunnerError as exc:
             self._fail(pod.key, exc)
             return
@@ -299,21 +341,43 @@ class PodRunner:
         )
         self._pods[pod.key] = _PodProcesses(launch, children)
 
-    async def _stop_pod(self, held: _PodProcesses) -> None:
-        _log.info("%s: stopping", held.launch.key)
-        await asyncio.gather(*(_stop(child) for child in held.children.values()))
-
-    async def _restart_pod(self, held: _PodProcesses) -> None:
+    def _begin_stop(self, held: _PodProcesses) -> None:
+        """Stop a pod that went, in the background: out of the proxy already (it is no
+        longer held), its containers signalled on the kubelet's schedule."""
         key = held.launch.key
-        await self._stop_pod(held)
+        _log.info("%s: stopping within its %g s grace period", key, held.launch.grace_s)
+        task = asyncio.create_task(self._stop_pod(held))
+        self._stopping[key] = (held, task)
+        task.add_done_callback(lambda _: self._stopping.pop(key, None))
+
+    async def _stop_pod(self, held: _PodProcesses, *, exiting: bool = False) -> None:
+        launch = held.launch
+        await asyncio.gather(
+            *(
+                _stop(
+                    held.children[process.container],
+                    EXIT_STOP if exiting else stop_times(process.pre_stop_s, launch.grace_s),
+                )
+                for process in launch.processes
+            )
+        )
+        statuses = {name: child.returncode for name, child in held.children.items()}
+        _log.info("%s: stopped (exit statuses %s)", launch.key, statuses)
+
+    def _restart_pod(self, held: _PodProcesses) -> None:
+        """Start the pod's dead processes again, as the kubelet restarts a failed container;
+        the others run on."""
+        key = held.launch.key
+        dead = [p for p in held.launch.processes if held.children[p.container].poll() is not None]
         held.restarts += 1
         held.exited_at = None
         held.ready = False
-        _log.info("%s: restart %d", key, held.restarts)
+        _log.info("%s: restart %d of %s", key, held.restarts, ", ".join(p.container for p in dead))
         try:
-            held.children = self._spawn_all(held.launch)
+            held.children = {**held.children, **self._spawn_all(key, dead)}
         except PodRunnerError as exc:
             del self._pods[key]
+            self._begin_stop(held)
             self._fail(key, exc)
 
     async def _probe(self, session: aiohttp.ClientSession) -> None:
@@ -356,7 +420,9 @@ class PodRunner:
     async def _sync_proxies(self, session: aiohttp.ClientSession) -> None:
         if not self.options.proxies:
             return
-        services = {(key.namespace, held.launch.service) for key, held in self._pods.items()}
+        # A stopping pod keeps its service's proxy, for the requests it is still serving.
+        launches = [h.launch for h in (*self._pods.values(), *self._held_stopping())]
+        services = {(launch.key.namespace, launch.service) for launch in launches}
         for gone in set(self._proxies) - services:
             await self._proxies.pop(gone).runner.cleanup()
         for namespace, service in sorted(services - set(self._proxies)):
@@ -386,26 +452,15 @@ class PodRunner:
             self.options.file_sd, json.dumps(file_sd_targets(launches), indent=2)
         )
 
+    def _held_stopping(self) -> list[_PodProcesses]:
+        return [held for _, (held, _) in sorted(self._stopping.items())]
+
     def state(self) -> RunnerState:
         """What the runner holds now."""
         return RunnerState(
             prometheus_url=self._prometheus_url,
-            pods=tuple(
-                PodEndpoints(
-                    namespace=key.namespace,
-                    pod=key.name,
-                    uid=key.uid,
-                    service=held.launch.service,
-                    node=held.launch.node,
-                    engine_url=held.launch.engine.url,
-                    sidecar_url=held.launch.sidecar.url if held.launch.sidecar else None,
-                    speculative_config=held.launch.speculative_config,
-                    ready=held.ready,
-                    restarts=held.restarts,
-                    pids={name: child.pid for name, child in held.children.items()},
-                )
-                for key, held in sorted(self._pods.items())
-            ),
+            pods=tuple(_endpoints(held) for _, held in sorted(self._pods.items())),
+            stopping=tuple(_endpoints(held) for held in self._held_stopping()),
             services=tuple(
                 ServiceEndpoint(namespace=namespace, service=service, url=proxy.url)
                 for (namespace, service), proxy in sorted(self._proxies.items())
@@ -433,7 +488,8 @@ class PodRunner:
         self._write_if_changed(
             config, prometheus_config(self.options.file_sd, self.options.scrape_interval_s)
         )
-        url = f"http://{LOOPBACK}:{_free_port()}"
+        (port,) = free_ports(1)
+        url = f"http://{LOOPBACK}:{port}"
         log = directory / "prometheus.log"
         child = _spawn(
             (
@@ -451,7 +507,7 @@ class PodRunner:
             _log.info("Prometheus on %s", url)
             yield url
         finally:
-            await _stop(child)
+            await _stop(child, EXIT_STOP)
 
     async def _await_ready(
         self,
@@ -470,11 +526,17 @@ class PodRunner:
         raise PodRunnerError(f"Prometheus did not become ready at {url}; its log:\n{_tail(log)}")
 
     async def _stop_everything(self) -> None:
+        """Close the proxies, then stop every pod's processes at once, those still draining
+        too: with no proxy in front of them there is nothing left to drain."""
         for proxy in self._proxies.values():
             await proxy.runner.cleanup()
         self._proxies.clear()
-        held = list(self._pods.values())
+        held = [*self._pods.values(), *self._held_stopping()]
+        draining = [task for _, task in self._stopping.values()]
+        for task in draining:
+            task.cancel()
+        await asyncio.gather(*draining, return_exceptions=True)
         self._pods.clear()
-        await asyncio.gather(*(self._stop_pod(h) for h in held))
+        await asyncio.gather(*(self._stop_pod(h, exiting=True) for h in held))
         self._write_targets()
         self._write_state()

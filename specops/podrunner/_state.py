@@ -53,6 +53,8 @@ class FailedPod(_Frozen):
 class RunnerState(_Frozen):
     prometheus_url: str | None = None
     pods: tuple[PodEndpoints, ...] = ()
+    stopping: tuple[PodEndpoints, ...] = ()
+    """Pods that went and whose processes are still draining (out of their proxy)."""
     services: tuple[ServiceEndpoint, ...] = ()
     failed: tuple[FailedPod, ...] = ()
 

@@ -93,6 +93,7 @@ class ProcessSpec:
     env: tuple[tuple[str, str], ...]
     port: int
     health_path: str
+    pre_stop_s: float = 0.0
 
     @property
     def url(self) -> str:
@@ -109,6 +110,8 @@ class PodLaunch:
     engine: ProcessSpec
     sidecar: ProcessSpec | None
     speculative_config: str | None
+    grace_s: float = 30.0
+    """The pod's terminationGracePeriodSeconds."""
 
     @property
     def processes(self) -> tuple[ProcessSpec, ...]:
@@ -198,6 +201,7 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
         env=tuple(sorted(container_env(pod, engine_container).items())),
         port=ports.engine,
         health_path="/health",
+        pre_stop_s=engine_container.pre_stop_sleep_s,
     )
     sidecar = None
     found_sidecar = _one(pod, "sidecar", required=False)
@@ -215,6 +219,7 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
             env=tuple(sorted(container_env(pod, container).items())),
             port=ports.sidecar,
             health_path="/healthz",
+            pre_stop_s=container.pre_stop_sleep_s,
         )
     return PodLaunch(
         key=pod.key,
@@ -223,4 +228,5 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
         engine=engine,
         sidecar=sidecar,
         speculative_config=_flag_value(engine_args, "--speculative-config"),
+        grace_s=float(pod.spec.termination_grace_period_seconds),
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from specops.cluster import ENGINE_READY_ANNOTATION
 from specops.podrunner import (
     SERVICE_LABEL,
@@ -14,6 +16,7 @@ from specops.podrunner import (
     plan_actions,
     readiness_marks,
     restart_backoff_s,
+    stop_times,
     wanted_pods,
 )
 from tests.podrunner.pods import llama_deployment, pod_of
@@ -111,3 +114,19 @@ def test_readiness_is_written_where_the_annotation_disagrees_with_the_probes() -
         ("odd-value", True),
     ]
     assert not readiness_marks(pods, {})
+
+
+@pytest.mark.parametrize(
+    ("pre_stop_s", "grace_s", "term_after_s", "kill_after_s"),
+    [
+        (5.0, 120.0, 5.0, 120.0),  # preStop sleep, SIGTERM, drain until the grace period ends
+        (0.0, 30.0, 0.0, 30.0),  # no hook: SIGTERM at once
+        (60.0, 30.0, 30.0, 32.0),  # a hook overrunning the grace period is cut, 2 s more
+        (0.0, 0.0, 0.0, 2.0),
+    ],
+)
+def test_a_stopping_container_is_signalled_on_the_kubelets_schedule(
+    pre_stop_s: float, grace_s: float, term_after_s: float, kill_after_s: float
+) -> None:
+    times = stop_times(pre_stop_s, grace_s)
+    assert (times.term_after_s, times.kill_after_s) == (term_after_s, kill_after_s)

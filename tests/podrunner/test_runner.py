@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -152,11 +153,72 @@ async def test_pods_run_are_scraped_are_proxied_restart_and_stop(harness: Harnes
     assert restarted.engine_url == pod.engine_url
 
     harness.source.items = []
-    await _until(lambda: not harness.state().pods, "the pod's processes to stop")
+    # Gone from the pods at once, its processes stop after the pod's preStop sleep.
+    await _until(lambda: not harness.state().pods, "the pod to go")
+    assert json.loads(harness.options.file_sd.read_text()) == []
+    await _until(lambda: not harness.state().stopping, "the pod's processes to stop")
     assert not any(_alive(pid) for pid in restarted.pids.values())
-    assert not harness.state().services
-    targets = json.loads(harness.options.file_sd.read_text())
-    assert targets == []
+    await _until(lambda: not harness.state().services, "the service's proxy to close")
+
+
+async def _stream(url: str, tokens: int) -> list[dict[str, Any]]:
+    """A streamed completion of exactly ``tokens`` tokens through ``url``; its chunks."""
+    body = {
+        "model": "llama-3.1-8b",
+        "prompt": "count",
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=120.0) as client,
+        client.stream("POST", "/v1/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        events = [line.removeprefix("data: ") async for line in response.aiter_lines() if line]
+    assert events[-1] == "[DONE]"
+    return [json.loads(event) for event in events[:-1]]
+
+
+async def test_a_replaced_pod_finishes_the_request_it_serves_while_its_successor_starts(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="specops.podrunner")
+    deployment = llama_deployment("ns")
+    harness.source.items = [pod_of(deployment, "llama-old", uid="old")]
+    await _until(lambda: harness.ready(1), "the old pod to be ready")
+    (old,) = harness.state().pods
+    url = harness.state().service_url("ns", "llama")
+    assert url is not None
+    stream = asyncio.create_task(_stream(url, tokens=6000))
+    await _until(lambda: _generated(old.engine_url) > 0, "the request to be running")
+
+    # The rollout: the old pod goes, a new one comes; the runner's loop keeps going while
+    # the old engine drains, so the new pod is probed and marked ready meanwhile.
+    harness.source.items = [pod_of(deployment, "llama-new", uid="new")]
+    await _until(lambda: [p.pod for p in harness.state().stopping] == ["llama-old"], "a drain")
+    await _until(lambda: harness.ready(1) and not stream.done(), "the new pod, ready first")
+    assert harness.state().pods[0].pod == "llama-new"
+    assert _alive(old.pids["vllm"])
+
+    chunks = await stream
+    assert chunks[-1]["usage"]["completion_tokens"] == 6000
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    await _until(lambda: not harness.state().stopping, "the old pod's processes to stop")
+    stopped = [r.getMessage() for r in caplog.records if "ns/llama-old: stopped" in r.getMessage()]
+    assert len(stopped) == 1
+    assert "'vllm': 0" in stopped[0]
+
+
+def _generated(engine_url: str) -> float:
+    """The engine's generation_tokens counter."""
+    page = httpx.get(f"{engine_url}/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in page.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
 
 
 async def test_a_pod_the_runner_cannot_translate_is_reported(harness: Harness) -> None:

@@ -44,12 +44,29 @@ def test_engine_runs_the_pods_own_args_under_the_simulated_engine() -> None:
     assert _flag(argv, "--speculative-config") == [config]
     assert launch.speculative_config == config
     assert json.loads(config)["num_speculative_tokens"] == 3
-    for flag in ("--served-model-name", "--max-num-seqs", "--max-model-len"):
+    for flag in ("--served-model-name", "--max-num-seqs", "--max-model-len", "--shutdown-timeout"):
         assert _flag(argv, flag) == [written[written.index(flag) + 1]]
     assert _flag(argv, "--port") == ["41001"]
     assert _flag(argv, "--host") == ["127.0.0.1"]
     assert launch.engine.url == "http://127.0.0.1:41001"
     assert (launch.key.namespace, launch.service, launch.node) == ("team-a", "llama", "kwok-gpu-0")
+
+
+def test_the_pods_grace_period_and_prestop_sleeps_are_kept_for_stopping() -> None:
+    deployment = llama_deployment()
+    pod_spec = deployment["spec"]["template"]["spec"]
+    launch = _launch(pod_of(deployment))
+    assert launch.grace_s == pod_spec["terminationGracePeriodSeconds"]
+    engine_hook = pod_spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert (launch.engine.pre_stop_s, launch.sidecar.pre_stop_s) == (engine_hook, 0.0)
+
+
+def test_without_a_grace_period_or_sleep_hook_kubernetes_defaults_apply() -> None:
+    pod = pod_of(llama_deployment())
+    del pod["spec"]["terminationGracePeriodSeconds"]
+    pod["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["true"]}}}
+    launch = _launch(pod)
+    assert (launch.grace_s, launch.engine.pre_stop_s) == (30.0, 0.0)
 
 
 def test_sidecar_keeps_its_args_with_the_engine_url_and_port_moved() -> None:
