@@ -8,7 +8,23 @@ import prometheus_client
 
 from specops.render import RenderOptions
 
-__all__ = ["operator"]
+__all__ = ["operator", "settings_for"]
+
+_GLOB = set("*?[")
+
+
+def settings_for(namespaces: tuple[str, ...]) -> kopf.OperatorSettings:
+    """kopf's settings for the namespaces served.
+
+    Given exact namespaces, kopf need not watch namespaces and CRDs across the cluster to
+    find what to serve, so it does not: the chart's namespaced RBAC grants no cluster-scoped
+    read, and without this kopf retries those reads at start and logs 403s. Globs and the
+    cluster-wide mode keep the scanning, which their RBAC allows."""
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = bool(namespaces) and not any(
+        _GLOB & set(namespace) for namespace in namespaces
+    )
+    return settings
 
 
 @click.command("operator")
@@ -17,7 +33,8 @@ __all__ = ["operator"]
     "--namespace",
     "namespaces",
     multiple=True,
-    help="Namespace (or glob) to serve; repeat for several. Default: all namespaces.",
+    help="Namespace (or glob) to serve; repeat for several. Default: all namespaces."
+    " Globs need the cluster-wide RBAC to list namespaces.",
 )
 @click.option("--peering", default=None, help="kopf peering object, for HA with several replicas.")
 @click.option("--metrics-port", default=8080, show_default=True, type=int, help="0 disables.")
@@ -49,6 +66,7 @@ def operator(
     kopf.run(
         clusterwide=not namespaces,
         namespaces=list(namespaces),
+        settings=settings_for(namespaces),
         peering_name=peering,
         standalone=peering is None,
         liveness_endpoint=liveness,

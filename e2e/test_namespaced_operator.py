@@ -1,0 +1,126 @@
+"""The chart's namespaced mode on a real control plane: an operator that watches given
+namespaces gets a Role in each and nothing cluster-wide, and works within them.
+
+The chart is installed with ``operator.watchNamespaces`` and the operator runs here as the
+chart's ServiceAccount with the arguments of the chart's own Deployment, so what is checked
+is the chart's RBAC and the operator together: it serves the watched namespace, it is
+refused everywhere else by the API server, and it runs without asking for more.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import Kubectl, Wait
+from kubernetes import client, config
+
+from specops.api import GROUP, PLURAL, VERSION
+from specops.cluster import ClusterInfo
+from specops.localstack import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A namespace the operator is not told to watch."""
+    core = client.CoreV1Api(api_client)
+    name = f"e2e-other-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def release(cluster: ClusterInfo, namespace: str) -> Iterator[ChartRelease]:
+    values = {"operator": {"watchNamespaces": [namespace], "clusterWide": False}}
+    with installed_chart(
+        cluster.kubeconfig,
+        release="specops-ns",
+        namespace="specops-ns",
+        values=values,
+        operator_replicas=0,
+    ) as installed:
+        yield installed
+
+
+def _chart_namespace_args(release: ChartRelease) -> list[str]:
+    (deployment,) = [o for o in release.objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return [a for a in container.get("args", []) if a.startswith("--namespace")]
+
+
+def _can(api: client.ApiClient, verb: str, resource: str, namespace: str, group: str) -> bool:
+    """Whether the API server lets the caller of ``api`` do ``verb`` on ``resource``."""
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, namespace=namespace, group=group
+            )
+        )
+    )
+    answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    return bool(answer.status.allowed)
+
+
+def test_a_namespaced_operator_serves_its_namespace_and_nothing_else(
+    cluster: ClusterInfo,
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    wait: Wait,
+    namespace: str,
+    other_namespace: str,
+    release: ChartRelease,
+    tmp_path: Path,
+) -> None:
+    args = _chart_namespace_args(release)
+    assert args == [f"--namespace={namespace}"]
+    kinds = {o["kind"] for o in release.objects}
+    assert {"Role", "RoleBinding"} <= kinds
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+
+    identity = operator_kubeconfig(cluster.kubeconfig, release, tmp_path / "kubeconfig")
+    as_operator = config.new_client_from_config(config_file=str(identity))
+    try:
+        for ns, allowed in ((namespace, True), (other_namespace, False)):
+            assert _can(as_operator, "patch", "deployments", ns, "apps") is allowed, ns
+            assert _can(as_operator, "watch", PLURAL, ns, GROUP) is allowed, ns
+        assert not _can(as_operator, "list", PLURAL, "", GROUP)  # not cluster-wide
+    finally:
+        as_operator.close()
+
+    operator = OperatorProcess(identity, tmp_path / "operator.log", extra_args=args)
+    operator.start()
+    try:
+        doc: Obj = yaml.safe_load(EXAMPLE.read_text())
+        doc["metadata"]["namespace"] = namespace
+        manifest = tmp_path / "llama.yaml"
+        manifest.write_text(yaml.safe_dump(doc))
+        kubectl("apply", "-f", str(manifest))
+        apps = client.AppsV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+
+        def served() -> bool:
+            found = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, doc["metadata"]["name"]
+            )
+            status = found.get("status") or {}
+            return status.get("observedGeneration") == found["metadata"]["generation"]
+
+        wait(served, "the operator to reconcile the service in its namespace")
+        apps.read_namespaced_deployment(doc["metadata"]["name"], namespace)
+        log = operator.process.tail()
+        assert "403" not in log and "Forbidden" not in log, log
+        assert operator.process.running
+    finally:
+        operator.stop()
