@@ -53,10 +53,13 @@ class MetricsSource(Protocol):
 async def _get(
     client: HttpClient, url: str, params: Mapping[str, str] | None = None
 ) -> tuple[int, str]:
-    """The status and body of a GET, or a MetricsError when the server cannot be read."""
+    """The status and body of a GET, or a MetricsError when the server cannot be read.
+
+    Redirects are answers like any other, as httpx has them by default: both clients agree.
+    """
     if isinstance(client, aiohttp.ClientSession):
         try:
-            async with client.get(url, params=params) as response:
+            async with client.get(url, params=params, allow_redirects=False) as response:
                 return response.status, await response.text(errors="replace")
         except TimeoutError as exc:
             raise MetricsError(f"timed out reading {url}: {exc!r}") from exc

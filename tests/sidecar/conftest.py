@@ -35,6 +35,11 @@ class Served:
     url: str
 
 
+def _location(status: int) -> dict[str, str]:
+    """A redirect points somewhere the handler is also asked about."""
+    return {"Location": "/moved"} if 300 <= status < 400 else {}
+
+
 class Network(Protocol):
     async def serve(self, handler: Handler) -> Served: ...
 
@@ -59,7 +64,7 @@ class HttpxNetwork:
     async def serve(self, handler: Handler) -> Served:
         def answer(request: httpx.Request) -> httpx.Response:
             status, body = handler(request.url.path, dict(request.url.params))
-            return httpx.Response(status, text=body)
+            return httpx.Response(status, text=body, headers=_location(status))
 
         return await self._client(answer)
 
@@ -95,7 +100,7 @@ class AiohttpNetwork:
     async def serve(self, handler: Handler) -> Served:
         async def handle(request: web.Request) -> web.Response:
             status, body = handler(request.path, dict(request.query))
-            return web.Response(status=status, text=body)
+            return web.Response(status=status, text=body, headers=_location(status))
 
         return await self._session(await self._server(handle))
 

@@ -39,6 +39,7 @@ async def test_direct_source_reads_the_engine_page(network: Network) -> None:
     ("status", "body", "message"),
     [
         (503, "engine dead", "engine answered HTTP 503: 'engine dead'"),
+        (307, "elsewhere", "engine answered HTTP 307"),
         (200, "<html>hello</html>", "none of vLLM's"),
         (200, 'vllm:num_requests_running{engine="0 3\n', "malformed"),
     ],
