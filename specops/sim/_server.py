@@ -482,7 +482,7 @@ def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Applicatio
 
 async def serve(app: web.Application, host: str, port: int) -> None:
     """Serve ``app`` (from :func:`build_app`) until SIGTERM or SIGINT, then drain and stop."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=_HANDLER_GRACE_S)
+    runner = web.AppRunner(app, shutdown_timeout=_HANDLER_GRACE_S)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
