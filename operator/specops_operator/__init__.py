@@ -1,7 +1,16 @@
 """The specops operator: kopf handlers around the pure renderers of specops.render."""
 
-from specops_operator._kube import Kube, KubeApiError
+from specops_operator._kube import FIELD_MANAGER, Kube, KubeApiError
 from specops_operator._reconcile import ChildWrite, Outcome, covers, reconcile
 from specops_operator._status import desired_status
 
-__all__ = ["ChildWrite", "Kube", "KubeApiError", "Outcome", "covers", "desired_status", "reconcile"]
+__all__ = [
+    "FIELD_MANAGER",
+    "ChildWrite",
+    "Kube",
+    "KubeApiError",
+    "Outcome",
+    "covers",
+    "desired_status",
+    "reconcile",
+]

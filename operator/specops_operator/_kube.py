@@ -1,4 +1,4 @@
-"""The operator's only door to the Kubernetes API: get, create, merge-patch, status patch.
+"""The operator's only door to the Kubernetes API: get, server-side apply, status patch.
 
 Every API write of the operator goes through :class:`Kube`, so the rest of the package is
 plain data in, data out. Library errors become :class:`KubeApiError` here.
@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError
 
-__all__ = ["Kube", "KubeApiError"]
+__all__ = ["FIELD_MANAGER", "Kube", "KubeApiError"]
 
 Obj = dict[str, Any]
 
@@ -31,6 +31,9 @@ _PLURALS = {
     "SpeculativeService": PLURAL,
 }
 _MERGE_PATCH = "application/merge-patch+json"
+_APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is valid YAML
+# The field manager that owns what the operator applies to its children.
+FIELD_MANAGER = "specops"
 
 
 class KubeApiError(SpecopsError):
@@ -68,14 +71,23 @@ class Kube:
             kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
         return cls(kubernetes.client.ApiClient())
 
-    def _call(self, method: str, path: str, body: Obj | None = None) -> Obj:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Obj | None = None,
+        *,
+        content_type: str = _MERGE_PATCH,
+        query: list[tuple[str, str]] | None = None,
+    ) -> Obj:
         headers = {"Accept": "application/json"}
         if method == "PATCH":
-            headers["Content-Type"] = _MERGE_PATCH
+            headers["Content-Type"] = content_type
         try:
             method, url, headers, payload, _ = self._api.param_serialize(
                 method=method,
                 resource_path=path,
+                query_params=query,
                 header_params=headers,
                 body=body,
                 auth_settings=["BearerToken"],
@@ -97,16 +109,20 @@ class Kube:
                 return None
             raise
 
-    def create(self, obj: Obj) -> Obj:
-        """Create ``obj`` in its namespace."""
-        meta = obj["metadata"]
-        return self._call(
-            "POST", _collection_path(obj["apiVersion"], obj["kind"], meta["namespace"]), obj
-        )
+    def apply(self, obj: Obj) -> Obj:
+        """Server-side apply ``obj`` as :data:`FIELD_MANAGER`: create it, or update it.
 
-    def patch(self, obj: Obj) -> Obj:
-        """Merge-patch the live object with ``obj``; lists (containers, ports) are replaced."""
-        return self._call("PATCH", _object_path(obj), obj)
+        The fields this manager owns become exactly those of ``obj``: a field it applied
+        before and leaves out now is removed (unless another manager also owns it), and a
+        field another manager changed is taken back (``force``). Fields only others own stay.
+        """
+        return self._call(
+            "PATCH",
+            _object_path(obj),
+            obj,
+            content_type=_APPLY_PATCH,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
 
     def get_service(self, namespace: str, name: str) -> Obj | None:
         """A SpeculativeService, or None when it is gone."""
@@ -126,8 +142,13 @@ class Kube:
         return list(found.get("items") or [])
 
     def patch_status(self, service: Obj, status: Obj) -> Obj:
-        """Merge-patch the status subresource of a SpeculativeService."""
-        return self._call("PATCH", _object_path(service) + "/status", {"status": status})
+        """Merge-patch the status subresource of a SpeculativeService (only the keys given)."""
+        return self._call(
+            "PATCH",
+            _object_path(service) + "/status",
+            {"status": status},
+            query=[("fieldManager", FIELD_MANAGER)],
+        )
 
     def has_api_group(self, group: str) -> bool:
         """Whether the API server serves ``group`` (e.g. monitoring.coreos.com)."""

@@ -1,7 +1,9 @@
 """One level-based reconciliation: read the world, write only what differs, report.
 
 The same function runs for every trigger (create, update, resume, timer, a change of an
-owned Deployment): it never knows which event fired.
+owned Deployment): it never knows which event fired. Children are written by server-side
+apply, so the fields the operator renders are exactly the spec's (a field it stops rendering
+is removed) while fields other managers own (a restart annotation, an HPA) are left alone.
 """
 
 from __future__ import annotations
@@ -64,15 +66,34 @@ def _hash(obj: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _projection(shape: Any, obj: Any) -> Any:
+    """The part of ``obj`` at the keys of ``shape``; a list is taken whole (with any entries
+    other managers added), so that two projections differ only where an owned field does."""
+    if isinstance(shape, Mapping) and isinstance(obj, Mapping):
+        return {key: _projection(value, obj.get(key)) for key, value in shape.items()}
+    return obj
+
+
 def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
-    """Create or merge-patch one child (action None when it already matches); the live object."""
+    """Server-side apply one child unless it already matches; what changed, and the live object.
+
+    An unchanged render that the live object covers costs one GET. Otherwise the apply decides:
+    it creates, updates to the new render, or takes back fields someone edited ("reverted").
+    When the live object differs only by what other managers added (an entry in a list the
+    operator renders, which ``covers`` counts as a difference), the apply changes none of the
+    rendered fields and nothing is reported; what others wrote meanwhile (the Deployment
+    controller's revision annotation, status) is not compared.
+    """
     live = kube.get(desired)
-    if live is None:
-        return "created", kube.create(desired)
-    if _hash(live) == _hash(desired) and covers(desired, live):
+    if live is not None and _hash(live) == _hash(desired) and covers(desired, live):
         return None, live
-    action = "updated" if _hash(live) != _hash(desired) else "reverted"
-    return action, kube.patch(desired)
+    applied = kube.apply(desired)
+    if live is None:
+        return "created", applied
+    if _hash(live) != _hash(desired):
+        return "updated", applied
+    changed = _projection(desired, applied) != _projection(desired, live)
+    return ("reverted" if changed else None), applied
 
 
 def reconcile(

@@ -1,7 +1,10 @@
 """Run the real kopf operator against kmock's in-memory Kubernetes API, and read what it wrote.
 
 kmock stores objects and merges patches; it does not default fields, run controllers,
-filter by label or garbage-collect.
+filter by label or garbage-collect. :class:`ApplyingEmulator` adds the one part of
+server-side apply the operator needs to run here: an apply creates a missing object. It keeps
+no field managers (an apply merges like a merge patch), so what an apply removes is checked
+on the real API server by the e2e suite.
 """
 
 from __future__ import annotations
@@ -12,16 +15,20 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
+import kmock
 import kopf
 import kubernetes
 import pytest
 import yaml
 
 __all__ = [
+    "APPLY_PATCH",
     "DEPLOY_PATH",
     "EXAMPLE",
     "NS",
     "SVC_PATH",
+    "ApplyingEmulator",
     "eventually",
     "live",
     "run_operator",
@@ -44,6 +51,25 @@ RESOURCES = {
     "v1/namespaces": "Namespace",
 }
 CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace"}
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class ApplyingEmulator(kmock.KubernetesEmulator):
+    """kmock's Kubernetes emulator, where a server-side apply of a missing object creates it.
+
+    The object is stored before kmock handles the request as a patch of it, so the apply
+    answers 200 with the object and watchers see it as modified.
+    """
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        key = (request.resource, request.namespace, request.name)
+        if (
+            request.method == kmock.method.PATCH
+            and request.headers.get("Content-Type") == APPLY_PATCH
+            and (key not in self.objects or self.objects[key].deleted)
+        ):
+            self.objects[key] = request.data
+        return await super()._handle(request)
 
 
 def service_body() -> dict[str, Any]:

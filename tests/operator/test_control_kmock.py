@@ -24,9 +24,17 @@ from specops_operator._fetch import Fetched, PodTarget
 from specops.api import SpeculativeServiceSpec
 from specops.observation import EstimateStatus
 from tests.control.observations import pod_observation
-from tests.operator.kmock_env import NS, SVC_PATH, eventually, live, run_operator, service_body
+from tests.operator.kmock_env import (
+    NS,
+    SVC_PATH,
+    ApplyingEmulator,
+    eventually,
+    live,
+    run_operator,
+    service_body,
+)
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kmock(cls=ApplyingEmulator)]
 
 SERVICE = "specops.io/v1alpha1/speculativeservices"
 DEPLOYMENT = "apps/v1/deployments"

@@ -13,28 +13,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.operator.kmock_env import (
+    APPLY_PATCH,
     DEPLOY_PATH,
     SVC_PATH,
+    ApplyingEmulator,
     eventually,
     live,
     run_operator,
     service_body,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kmock(cls=ApplyingEmulator)]
+CHILD_WRITES = "specops_operator_child_writes_total"
 
 
-def _writes(kmock: Any) -> list[str]:
-    """Create and patch requests to owned kinds (not to the SpeculativeService or Events)."""
+def _write_requests(kmock: Any) -> list[Any]:
+    """Create, patch and replace requests to owned kinds (not to the service or Events)."""
     return [
-        f"{r.method.value} {r.url.path}"
+        r
         for r in list(kmock)
         if r.method.value in ("POST", "PATCH", "PUT")
         and r.resource is not None
         and r.resource.plural in ("deployments", "services", "poddisruptionbudgets")
     ]
+
+
+def _writes(kmock: Any) -> list[str]:
+    return [f"{r.method.value} {r.url.path}" for r in _write_requests(kmock)]
 
 
 def _reconciles(kmock: Any) -> int:
@@ -113,8 +121,23 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     assert status["selector"] == "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=llama"
     assert status["speculativeConfig"]["json"] == config
 
-    # Idempotence: an annotation on the parent reconciles again and writes no child.
+    # Each child is created by one server-side apply as the specops field manager, forcing
+    # conflicts, with a body that names it fully.
     await eventually(lambda: len(_writes(kmock)) == 3, "three creations")
+    for request in _write_requests(kmock):
+        assert request.method.value == "PATCH", request.url
+        assert request.headers["Content-Type"] == APPLY_PATCH
+        assert request.params == {"fieldManager": "specops", "force": "true"}
+        applied = request.data
+        assert (applied["apiVersion"], applied["metadata"]["namespace"]) == (
+            f"{request.resource.group}/{request.resource.version}".lstrip("/"),
+            "ml",
+        )
+        assert request.url.path.endswith(f"/{applied['metadata']['name']}")
+        assert applied["kind"] in ("Deployment", "Service", "PodDisruptionBudget")
+        assert "status" not in applied and "resourceVersion" not in applied["metadata"]
+
+    # Idempotence: an annotation on the parent reconciles again and writes no child.
     settled = len(_writes(kmock))
     reconciles_before = _reconciles(kmock)
     async with kmock.patch(
@@ -127,7 +150,9 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     await asyncio.sleep(0.5)
     assert _writes(kmock)[settled:] == []
 
-    # Drift: someone scales the Deployment by hand; the operator puts it back.
+    # Drift: someone scales the Deployment by hand; the operator applies it back.
+    reverted = {"kind": "Deployment", "action": "reverted"}
+    reverts_before = REGISTRY.get_sample_value(CHILD_WRITES, reverted) or 0.0
     async with kmock.patch(
         f"{DEPLOY_PATH}/llama",
         json={"spec": {"replicas": 7}},
@@ -138,6 +163,12 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         lambda: (live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["replicas"] == 2,
         "drift reverted",
     )
+    assert REGISTRY.get_sample_value(CHILD_WRITES, reverted) == reverts_before + 1
+    after = [(r.url.path, r.headers["Content-Type"]) for r in _write_requests(kmock)[settled:]]
+    assert after == [
+        (f"{DEPLOY_PATH}/llama", "application/merge-patch+json"),  # the edit by hand
+        (f"{DEPLOY_PATH}/llama", APPLY_PATCH),
+    ]
 
     # A spec change re-renders the Deployment (a rolling update with maxUnavailable 0).
     changed = copy.deepcopy(body["spec"]["speculation"])

@@ -1,0 +1,137 @@
+"""What one child's server-side apply reports, against a stand-in for the API server."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from specops_operator import Kube
+from specops_operator._reconcile import _apply
+
+from specops.api import parse_service
+from specops.render import HASH_ANNOTATION, RenderOptions, plan
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+Obj = dict[str, Any]
+Answer = Callable[[Obj, Obj | None], Obj]
+
+
+class _Server:
+    """Holds one object; an apply answers what ``answer`` makes of the applied body."""
+
+    def __init__(self, live: Obj | None, answer: Answer) -> None:
+        self.live, self.answer, self.calls = live, answer, list[str]()
+
+    def get(self, obj: Obj) -> Obj | None:
+        self.calls.append("get")
+        return copy.deepcopy(self.live)
+
+    def apply(self, obj: Obj) -> Obj:
+        self.calls.append("apply")
+        self.live = self.answer(copy.deepcopy(obj), self.live)
+        return copy.deepcopy(self.live)
+
+
+def _stored(obj: Obj, version: str) -> Obj:
+    """``obj`` as the server keeps it: with server fields the render never sets."""
+    stored = copy.deepcopy(obj)
+    stored["metadata"].update(resourceVersion=version, managedFields=[{"manager": "specops"}])
+    stored["spec"]["progressDeadlineSeconds"] = 600
+    stored["status"] = {"replicas": 2}
+    return stored
+
+
+def _applied(desired: Obj, live: Obj | None) -> Obj:
+    """The server took the applied fields: a new version of the object."""
+    version = str(int((live or {}).get("metadata", {}).get("resourceVersion", "0")) + 1)
+    return _stored(desired, version)
+
+
+def _unchanged(desired: Obj, live: Obj | None) -> Obj:
+    """The server found nothing to change: the same version comes back."""
+    assert live is not None
+    return live
+
+
+@pytest.fixture
+def desired() -> Obj:
+    service = parse_service(yaml.safe_load(EXAMPLE.read_text()))
+    deployment: Obj = copy.deepcopy(plan(service, RenderOptions()).objects[0])
+    return deployment
+
+
+def _engine(obj: Obj) -> Obj:
+    container: Obj = obj["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _run(server: _Server, desired: Obj) -> str | None:
+    action, live = _apply(cast(Kube, server), desired)
+    assert live == server.live
+    return action
+
+
+def test_a_missing_child_is_created_by_the_apply(desired: Obj) -> None:
+    server = _Server(None, _applied)
+    assert _run(server, desired) == "created"
+    assert server.calls == ["get", "apply"]
+
+
+def test_an_unchanged_child_costs_one_get(desired: Obj) -> None:
+    server = _Server(_stored(desired, "7"), _applied)
+    server.live["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "now"
+    assert _run(server, desired) is None
+    assert server.calls == ["get"]
+
+
+def test_a_new_render_updates(desired: Obj) -> None:
+    server = _Server(_stored(desired, "7"), _applied)
+    desired["metadata"]["annotations"][HASH_ANNOTATION] = "a-new-render"
+    assert _run(server, desired) == "updated"
+    assert server.calls == ["get", "apply"]
+
+
+@pytest.mark.parametrize("field", ["replicas", "env value"])
+def test_an_edit_of_an_owned_field_is_reverted(desired: Obj, field: str) -> None:
+    edited = _stored(desired, "7")
+    if field == "replicas":
+        edited["spec"]["replicas"] = 5
+    else:
+        _engine(edited)["env"][0]["value"] = "/elsewhere"
+    server = _Server(edited, _applied)
+    assert _run(server, desired) == "reverted"
+    assert server.live is not None
+    assert (server.live["spec"]["replicas"], _engine(server.live)["env"]) == (
+        2,
+        _engine(desired)["env"],
+    )
+
+
+def test_an_entry_another_manager_added_is_no_change(desired: Obj) -> None:
+    """An env var in the engine's list fails ``covers``; the apply keeps it and changes nothing."""
+    shared = _stored(desired, "7")
+    _engine(shared)["env"].append({"name": "PLATFORM_TRACE", "value": "1"})
+    server = _Server(shared, _unchanged)
+    assert _run(server, desired) is None
+    assert server.calls == ["get", "apply"]
+
+
+def test_what_the_deployment_controller_wrote_meanwhile_is_no_change(desired: Obj) -> None:
+    """Its revision annotation and status, written between the read and the apply, are not
+    a revert of the operator's fields."""
+    shared = _stored(desired, "7")
+    _engine(shared)["env"].append({"name": "PLATFORM_TRACE", "value": "1"})
+
+    def status_moved(applied: Obj, live: Obj | None) -> Obj:
+        assert live is not None
+        moved = copy.deepcopy(live)
+        moved["metadata"]["resourceVersion"] = "8"
+        moved["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "4"
+        moved["status"] = {"replicas": 3}
+        return moved
+
+    assert _run(_Server(shared, status_moved), desired) is None
