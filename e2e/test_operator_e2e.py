@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import kopf
 import pytest
 import yaml
 from harness import Kubectl, Phases, Wait
 from kubernetes import client
+from specops_operator import FIELD_MANAGER, Kube
 
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
@@ -590,6 +592,138 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
 
         wait(reverted, "the operator to revert the edit of its Deployment")
         wait(lambda: _converged(api_client, namespace), "the service to settle after the revert")
+    assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
+
+
+# -- 5b: server-side apply: the operator owns exactly the fields it renders --------------
+
+
+def _vllm(deployment: Obj) -> Obj:
+    (engine,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
+    ]
+    return engine
+
+
+def _owners(deployment: Obj) -> dict[str, str]:
+    """Field manager -> operation, for the Deployment's own fields (not its status)."""
+    return {
+        entry["manager"]: entry["operation"]
+        for entry in deployment["metadata"]["managedFields"]
+        if entry.get("subresource", "") == ""
+    }
+
+
+def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_keep_theirs(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    """A merge patch would keep a map key or list entry the operator stopped rendering; the
+    apply removes it, leaves what other field managers wrote, and takes back owned fields."""
+    doc = _example(namespace)
+    engine = doc["spec"]["engine"]
+    engine["nodeSelector"] = {"example.com/pool": "gpu", "example.com/zone": "a"}
+    engine["env"] = [{"name": "KEEP_ME", "value": "1"}, {"name": "DROP_ME", "value": "2"}]
+    engine["extraArgs"] = ["--enable-prefix-caching", "--disable-log-requests"]
+
+    def rendered() -> bool:
+        try:
+            deployment = _deployment(api_client, namespace)
+        except client.ApiException:
+            return False
+        return deployment["metadata"]["annotations"].get(HASH_ANNOTATION) == _expected_hash(
+            _service(api_client, namespace)
+        )
+
+    with phases("apply with selector, env, args -> Deployment"):
+        _apply(kubectl, tmp_path, doc)
+        wait(rendered, "the Deployment of the first spec")
+    deployment = _deployment(api_client, namespace)
+    assert _owners(deployment).get(FIELD_MANAGER) == "Apply"
+    assert deployment["spec"]["template"]["spec"]["nodeSelector"] == engine["nodeSelector"]
+
+    # Other managers write beside the operator: an annotation, and an entry in a list the
+    # operator renders (the engine's env, a list keyed by name).
+    note = ("example.com/owner=platform", "--field-manager=platform-team")
+    kubectl("annotate", "deployment", NAME, "-n", namespace, *note)
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"name": "vllm", "env": [{"name": "TRACE", "value": "1"}]}]}
+            }
+        },
+    }
+    foreign_path = tmp_path / "foreign.yaml"
+    foreign_path.write_text(yaml.safe_dump(foreign))
+    kubectl("apply", "--server-side", "--field-manager=tracing", "-f", str(foreign_path))
+
+    # The spec drops a selector key, an env var and an extra argument.
+    del engine["nodeSelector"]["example.com/zone"]
+    engine["env"] = [{"name": "KEEP_ME", "value": "1"}]
+    engine["extraArgs"] = ["--enable-prefix-caching"]
+    with phases("spec drops fields -> Deployment updated"):
+        _apply(kubectl, tmp_path, doc)
+        wait(rendered, "the Deployment of the reduced spec")
+    deployment = _deployment(api_client, namespace)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"example.com/pool": "gpu"}
+    env = [e["name"] for e in _vllm(deployment)["env"]]
+    assert "DROP_ME" not in env and {"KEEP_ME", "TRACE"} <= set(env)
+    args = _engine_args(deployment)
+    assert "--disable-log-requests" not in args and "--enable-prefix-caching" in args
+    assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
+    owners = _owners(deployment)
+    assert (owners["platform-team"], owners["tracing"]) == ("Update", "Apply")
+    reasons = _event_reasons(api_client, namespace)
+    assert ("Updated", f"Deployment {NAME} updated") in reasons
+    assert "Reverted" not in {reason for reason, _ in reasons}  # the env entry is not drift
+
+    # An unchanged render applied again is not a write, even with the other manager's env
+    # entry in the list (the reconciler applies then, and must not loop on its own writes).
+    # The Deployment controller may write status between a read and the apply: look until
+    # one apply leaves the version it read, which a write never does.
+    service = _service(api_client, namespace)
+    children = [copy.deepcopy(c) for c in plan(parse_service(service), RenderOptions()).objects]
+    kopf.adopt(children, owner=service)
+    kube = Kube(api_client)
+
+    def unchanged_by_apply() -> bool:
+        version = (kube.get(children[0]) or {})["metadata"]["resourceVersion"]
+        return bool(kube.apply(children[0])["metadata"]["resourceVersion"] == version)
+
+    wait(unchanged_by_apply, "an apply of the unchanged render that writes nothing")
+
+    # Someone edits fields the operator renders: the apply takes them back, the rest stays.
+    engine_path = "/spec/template/spec/containers/" + str(
+        pod["containers"].index(_vllm(deployment))
+    )
+    keep_me = [e["name"] for e in _vllm(deployment)["env"]].index("KEEP_ME")
+    selector_path = "/spec/template/spec/nodeSelector/example.com~1pool"
+    edit = [
+        {"op": "replace", "path": selector_path, "value": "cpu"},
+        {"op": "replace", "path": f"{engine_path}/env/{keep_me}/value", "value": "9"},
+    ]
+    with phases("edit of owned fields -> reverted"):
+        kubectl("patch", "deployment", NAME, "-n", namespace, "--type=json", "-p", json.dumps(edit))
+
+        def reverted() -> bool:
+            live = _deployment(api_client, namespace)
+            values = {e["name"]: e.get("value") for e in _vllm(live)["env"]}
+            selector = live["spec"]["template"]["spec"]["nodeSelector"]
+            return values["KEEP_ME"] == "1" and selector == {"example.com/pool": "gpu"}
+
+        wait(reverted, "the operator to take back its fields")
+    deployment = _deployment(api_client, namespace)
+    assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
+    assert "TRACE" in {e["name"] for e in _vllm(deployment)["env"]}
     assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
 
 
