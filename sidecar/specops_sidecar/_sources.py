@@ -63,8 +63,8 @@ async def _get(
                 return response.status, await response.text(errors="replace")
         except TimeoutError as exc:
             raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
-        except aiohttp.ClientError as exc:
-            raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
+        except aiohttp.ClientError as exc:  # its repr holds the whole connection key
+            raise MetricsError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
     import httpx  # only callers that hold an httpx client get here, so it is loaded already
 
     try:
