@@ -21,7 +21,7 @@ import pytest
 import yaml
 from harness import Kubectl, Phases, Wait
 from kubernetes import client
-from specops_operator import FIELD_MANAGER, Kube
+from specops_operator import FIELD_MANAGER, LEGACY_FIELD_MANAGER, Kube
 
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
@@ -605,13 +605,56 @@ def _vllm(deployment: Obj) -> Obj:
     return engine
 
 
-def _owners(deployment: Obj) -> dict[str, str]:
-    """Field manager -> operation, for the Deployment's own fields (not its status)."""
+def _owners(deployment: Obj) -> set[tuple[str, str]]:
+    """(field manager, operation) of the Deployment's own fields (not its status)."""
     return {
-        entry["manager"]: entry["operation"]
+        (entry["manager"], entry["operation"])
         for entry in deployment["metadata"]["managedFields"]
         if entry.get("subresource", "") == ""
     }
+
+
+def _with_extras(namespace: str) -> Obj:
+    """The example with a node selector, env vars and extra arguments, the last of each to go."""
+    doc = _example(namespace)
+    engine = doc["spec"]["engine"]
+    engine["nodeSelector"] = {"example.com/pool": "gpu", "example.com/zone": "a"}
+    engine["env"] = [{"name": "KEEP_ME", "value": "1"}, {"name": "DROP_ME", "value": "2"}]
+    engine["extraArgs"] = ["--enable-prefix-caching", "--disable-log-requests"]
+    return doc
+
+
+def _drop_extras(doc: Obj) -> None:
+    engine = doc["spec"]["engine"]
+    del engine["nodeSelector"]["example.com/zone"]
+    engine["env"] = [{"name": "KEEP_ME", "value": "1"}]
+    engine["extraArgs"] = ["--enable-prefix-caching"]
+
+
+def _without_dropped_extras(deployment: Obj) -> None:
+    """The Deployment holds the reduced spec's selector, env and arguments, nothing more of them."""
+    assert deployment["spec"]["template"]["spec"]["nodeSelector"] == {"example.com/pool": "gpu"}
+    env = {e["name"] for e in _vllm(deployment)["env"]}
+    assert "DROP_ME" not in env and "KEEP_ME" in env
+    args = _engine_args(deployment)
+    assert "--disable-log-requests" not in args and "--enable-prefix-caching" in args
+
+
+def _rendered(api: client.ApiClient, namespace: str) -> bool:
+    """The Deployment exists and carries the render of the service's current spec."""
+    try:
+        deployment = _deployment(api, namespace)
+    except client.ApiException:
+        return False
+    annotations = deployment["metadata"].get("annotations") or {}
+    return annotations.get(HASH_ANNOTATION) == _expected_hash(_service(api, namespace))
+
+
+def _adopted_children(service: Obj) -> list[Obj]:
+    """The objects the operator renders for ``service``, owned by it."""
+    children = [copy.deepcopy(c) for c in plan(parse_service(service), RenderOptions()).objects]
+    kopf.adopt(children, owner=service)
+    return children
 
 
 def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_keep_theirs(
@@ -625,26 +668,17 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
 ) -> None:
     """A merge patch would keep a map key or list entry the operator stopped rendering; the
     apply removes it, leaves what other field managers wrote, and takes back owned fields."""
-    doc = _example(namespace)
-    engine = doc["spec"]["engine"]
-    engine["nodeSelector"] = {"example.com/pool": "gpu", "example.com/zone": "a"}
-    engine["env"] = [{"name": "KEEP_ME", "value": "1"}, {"name": "DROP_ME", "value": "2"}]
-    engine["extraArgs"] = ["--enable-prefix-caching", "--disable-log-requests"]
+    doc = _with_extras(namespace)
 
     def rendered() -> bool:
-        try:
-            deployment = _deployment(api_client, namespace)
-        except client.ApiException:
-            return False
-        return deployment["metadata"]["annotations"].get(HASH_ANNOTATION) == _expected_hash(
-            _service(api_client, namespace)
-        )
+        return _rendered(api_client, namespace)
 
     with phases("apply with selector, env, args -> Deployment"):
         _apply(kubectl, tmp_path, doc)
         wait(rendered, "the Deployment of the first spec")
     deployment = _deployment(api_client, namespace)
-    assert _owners(deployment).get(FIELD_MANAGER) == "Apply"
+    assert (FIELD_MANAGER, "Apply") in _owners(deployment)
+    engine = doc["spec"]["engine"]
     assert deployment["spec"]["template"]["spec"]["nodeSelector"] == engine["nodeSelector"]
 
     # Other managers write beside the operator: an annotation, and an entry in a list the
@@ -666,22 +700,15 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     kubectl("apply", "--server-side", "--field-manager=tracing", "-f", str(foreign_path))
 
     # The spec drops a selector key, an env var and an extra argument.
-    del engine["nodeSelector"]["example.com/zone"]
-    engine["env"] = [{"name": "KEEP_ME", "value": "1"}]
-    engine["extraArgs"] = ["--enable-prefix-caching"]
+    _drop_extras(doc)
     with phases("spec drops fields -> Deployment updated"):
         _apply(kubectl, tmp_path, doc)
         wait(rendered, "the Deployment of the reduced spec")
     deployment = _deployment(api_client, namespace)
-    pod = deployment["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"example.com/pool": "gpu"}
-    env = [e["name"] for e in _vllm(deployment)["env"]]
-    assert "DROP_ME" not in env and {"KEEP_ME", "TRACE"} <= set(env)
-    args = _engine_args(deployment)
-    assert "--disable-log-requests" not in args and "--enable-prefix-caching" in args
+    _without_dropped_extras(deployment)
+    assert "TRACE" in {e["name"] for e in _vllm(deployment)["env"]}
     assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
-    owners = _owners(deployment)
-    assert (owners["platform-team"], owners["tracing"]) == ("Update", "Apply")
+    assert {("platform-team", "Update"), ("tracing", "Apply")} <= _owners(deployment)
     reasons = _event_reasons(api_client, namespace)
     assert ("Updated", f"Deployment {NAME} updated") in reasons
     assert "Reverted" not in {reason for reason, _ in reasons}  # the env entry is not drift
@@ -690,9 +717,7 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     # entry in the list (the reconciler applies then, and must not loop on its own writes).
     # The Deployment controller may write status between a read and the apply: look until
     # one apply leaves the version it read, which a write never does.
-    service = _service(api_client, namespace)
-    children = [copy.deepcopy(c) for c in plan(parse_service(service), RenderOptions()).objects]
-    kopf.adopt(children, owner=service)
+    children = _adopted_children(_service(api_client, namespace))
     kube = Kube(api_client)
 
     def unchanged_by_apply() -> bool:
@@ -702,9 +727,8 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     wait(unchanged_by_apply, "an apply of the unchanged render that writes nothing")
 
     # Someone edits fields the operator renders: the apply takes them back, the rest stays.
-    engine_path = "/spec/template/spec/containers/" + str(
-        pod["containers"].index(_vllm(deployment))
-    )
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    engine_path = f"/spec/template/spec/containers/{containers.index(_vllm(deployment))}"
     keep_me = [e["name"] for e in _vllm(deployment)["env"]].index("KEEP_ME")
     selector_path = "/spec/template/spec/nodeSelector/example.com~1pool"
     edit = [
@@ -725,6 +749,37 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
     assert "TRACE" in {e["name"] for e in _vllm(deployment)["env"]}
     assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
+
+
+def test_a_deployment_written_before_the_operator_applied_loses_the_fields_it_dropped(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    """An upgrade: the Deployment was created by an earlier operator (a plain create, which the
+    API server records as an Update by the client's default manager). Its fields are handed to
+    the apply manager on the first apply, so a field the spec dropped still goes."""
+    doc = _with_extras(namespace)
+    operator.kill()
+    try:
+        _apply(kubectl, tmp_path, doc)
+        (deployment, *_) = _adopted_children(_service(api_client, namespace))
+        client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)
+        assert (LEGACY_FIELD_MANAGER, "Update") in _owners(_deployment(api_client, namespace))
+        _drop_extras(doc)
+        _apply(kubectl, tmp_path, doc)
+    finally:
+        operator.start()
+    with phases("upgrade: first apply of an old Deployment"):
+        wait(lambda: _rendered(api_client, namespace), "the Deployment of the reduced spec")
+    deployment = _deployment(api_client, namespace)
+    _without_dropped_extras(deployment)
+    owners = _owners(deployment)
+    assert (FIELD_MANAGER, "Apply") in owners and (LEGACY_FIELD_MANAGER, "Update") not in owners
 
 
 # -- 7: the operator restarts mid-rollout -------------------------------------------------
