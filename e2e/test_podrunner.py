@@ -37,6 +37,8 @@ _PR_SET_PDEATHSIG = 1
 # Long enough that the pods are seen not Ready while their engines load.
 _STARTUP_DELAY_S = 8
 _COMPLETION = {"model": "llama-3.1-8b", "prompt": "hello", "max_tokens": 8}
+# Long enough to be running when its pod goes: the old engine must finish it, not cut it.
+_LONG_COMPLETION = {**_COMPLETION, "max_tokens": 1500, "ignore_eos": True}
 
 
 @dataclass(frozen=True)
@@ -207,8 +209,9 @@ def test_pods_run_their_own_args_are_scraped_roll_and_stop(
 
     last = runner.state().service_pods(namespace, "llama")
     apps.delete_namespaced_deployment("llama", namespace)
-    wait(lambda: not runner.state().service_pods(namespace, "llama"), "the pods to be stopped")
-    assert all(_gone(pid) for pod in last for pid in pod.pids.values())
+    wait(lambda: not runner.state().service_pods(namespace, "llama"), "the pods to go")
+    # Their processes stop after the preStop sleep, within the grace period.
+    wait(lambda: all(_gone(pid) for pod in last for pid in pod.pids.values()), "them to stop")
     wait(
         lambda: (
             not any(
@@ -254,7 +257,8 @@ def test_pods_are_ready_only_while_their_engine_answers(
     restarted = {p.pod: p.restarts for p in runner.state().service_pods(namespace, "llama")}
     assert restarted[victim.pod] == 1
 
-    # A rolling update under load: the service always has an engine behind its proxy.
+    # A rolling update under load: the service always has an engine behind its proxy, and
+    # an old pod finishes the requests it is serving before its engine exits.
     proxy = runner.state().service_url(namespace, "llama")
     assert proxy is not None
     statuses: Counter[int | str] = Counter()
@@ -264,7 +268,7 @@ def test_pods_are_ready_only_while_their_engine_answers(
         with httpx.Client(timeout=60) as http:
             while not done.is_set():
                 try:
-                    response = http.post(f"{proxy}/v1/completions", json=_COMPLETION)
+                    response = http.post(f"{proxy}/v1/completions", json=_LONG_COMPLETION)
                 except httpx.HTTPError as exc:
                     statuses[type(exc).__name__] += 1
                 else:
