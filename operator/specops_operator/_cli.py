@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import secrets
+
 import click
 import kopf
 import prometheus_client
 
 from specops.render import RenderOptions
 
-__all__ = ["operator", "settings_for"]
+__all__ = ["operator", "peering_priority", "settings_for"]
 
 _GLOB = set("*?[")
+_PRIORITIES = 2**31
 
 
 def settings_for(namespaces: tuple[str, ...]) -> kopf.OperatorSettings:
@@ -27,6 +31,14 @@ def settings_for(namespaces: tuple[str, ...]) -> kopf.OperatorSettings:
     return settings
 
 
+def peering_priority(peering: str | None, given: int | None) -> int:
+    """The priority given, else with peering a random one: kopf pauses every operator of a
+    tied priority, so replicas of one Deployment, which share their arguments, must differ."""
+    if given is not None:
+        return given
+    return secrets.randbelow(_PRIORITIES) if peering is not None else 0
+
+
 @click.command("operator")
 @click.option(
     "-n",
@@ -37,6 +49,14 @@ def settings_for(namespaces: tuple[str, ...]) -> kopf.OperatorSettings:
     " Globs need the cluster-wide RBAC to list namespaces.",
 )
 @click.option("--peering", default=None, help="kopf peering object, for HA with several replicas.")
+@click.option(
+    "--priority",
+    type=click.IntRange(min=0),
+    default=None,
+    help="kopf peering priority: the live operator with the highest one acts, the others stand"
+    " by. Default with --peering: a random one, so replicas never tie (kopf pauses every"
+    " operator of a tied priority).",
+)
 @click.option("--metrics-port", default=8080, show_default=True, type=int, help="0 disables.")
 @click.option(
     "--liveness",
@@ -50,6 +70,7 @@ def settings_for(namespaces: tuple[str, ...]) -> kopf.OperatorSettings:
 def operator(
     namespaces: tuple[str, ...],
     peering: str | None,
+    priority: int | None,
     metrics_port: int,
     liveness: str,
     sidecar_image: str,
@@ -63,12 +84,16 @@ def operator(
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if metrics_port:
         prometheus_client.start_http_server(metrics_port)
+    priority = peering_priority(peering, priority)
+    if peering is not None:
+        logging.getLogger("specops.operator").info("peering %s at priority %d", peering, priority)
     kopf.run(
         clusterwide=not namespaces,
         namespaces=list(namespaces),
         settings=settings_for(namespaces),
         peering_name=peering,
         standalone=peering is None,
+        priority=priority,
         liveness_endpoint=liveness,
         memo=kopf.Memo(options=RenderOptions(sidecar_image=sidecar_image)),
     )
