@@ -1,0 +1,109 @@
+"""With the Prometheus Operator's API in the cluster: the chart installs its monitoring
+objects (found through ``.Capabilities.APIVersions`` on a real API server) and the operator
+applies a PodMonitor per SpeculativeService that selects its pods and names their ports.
+
+The CRDs are the strict subset the chart tests validate against (their schemas are
+upstream's field names and types), installed for this module only and removed after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import Kubectl, Wait
+from kubernetes import client
+
+from specops.cluster import ClusterInfo
+from specops.localstack import OperatorProcess, installed_chart, operator_kubeconfig
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+CRDS = REPO / "tests" / "chart" / "monitoring.coreos.com-subset.yaml"
+EXAMPLE = REPO / "examples" / "llama.yaml"
+GROUP, VERSION = "monitoring.coreos.com", "v1"
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def monitoring_api(kubectl: Kubectl, wait: Wait) -> Iterator[None]:
+    """The Prometheus Operator's CRDs, established, then deleted after the module."""
+    kubectl("apply", "-f", str(CRDS))
+    try:
+        kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
+        yield
+    finally:
+        kubectl("delete", "-f", str(CRDS), "--wait=true", check=False)
+
+
+def _names(objects: tuple[Obj, ...], kind: str) -> list[str]:
+    return [o["metadata"]["name"] for o in objects if o["kind"] == kind]
+
+
+def test_chart_and_operator_create_the_monitoring_objects(
+    monitoring_api: None,
+    cluster: ClusterInfo,
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    wait: Wait,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    values = {"operator": {"clusterWide": True}}
+    with installed_chart(
+        cluster.kubeconfig,
+        release="specops-mon",
+        namespace="specops-mon",
+        values=values,
+        operator_replicas=0,
+    ) as release:
+        assert _names(release.objects, "ServiceMonitor"), "no ServiceMonitor with the API present"
+        assert _names(release.objects, "PrometheusRule"), "no PrometheusRule with the API present"
+        custom = client.CustomObjectsApi(api_client)
+        for plural, kind in (
+            ("servicemonitors", "ServiceMonitor"),
+            ("prometheusrules", "PrometheusRule"),
+        ):
+            for name in _names(release.objects, kind):
+                custom.get_namespaced_custom_object(GROUP, VERSION, "specops-mon", plural, name)
+
+        identity = operator_kubeconfig(cluster.kubeconfig, release, tmp_path / "kubeconfig")
+        operator = OperatorProcess(identity, tmp_path / "operator.log")
+        operator.start()
+        try:
+            doc: Obj = yaml.safe_load(EXAMPLE.read_text())
+            doc["metadata"]["namespace"] = namespace
+            name = doc["metadata"]["name"]
+            manifest = tmp_path / "service.yaml"
+            manifest.write_text(yaml.safe_dump(doc))
+            kubectl("apply", "-f", str(manifest))
+
+            def pod_monitor() -> Obj | None:
+                try:
+                    found: Obj = custom.get_namespaced_custom_object(
+                        GROUP, VERSION, namespace, "podmonitors", name
+                    )
+                except client.ApiException as exc:
+                    if exc.status == 404:
+                        return None
+                    raise
+                return found
+
+            wait(lambda: pod_monitor() is not None, "the operator's PodMonitor")
+            monitor = pod_monitor()
+            assert monitor is not None
+            deployment = client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace)
+            template = deployment.spec.template
+            selector = monitor["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= (template.metadata.labels or {}).items()
+            ports = {p.name for c in template.spec.containers for p in c.ports or ()}
+            endpoints = monitor["spec"]["podMetricsEndpoints"]
+            assert {e["port"] for e in endpoints} <= ports, (endpoints, ports)
+            owners = monitor["metadata"]["ownerReferences"]
+            assert [o["kind"] for o in owners] == ["SpeculativeService"]
+        finally:
+            operator.stop()
