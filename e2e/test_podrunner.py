@@ -37,8 +37,8 @@ _PR_SET_PDEATHSIG = 1
 # Long enough that the pods are seen not Ready while their engines load.
 _STARTUP_DELAY_S = 8
 _COMPLETION = {"model": "llama-3.1-8b", "prompt": "hello", "max_tokens": 8}
-# Long enough to be running when its pod goes: the old engine must finish it, not cut it.
-_LONG_COMPLETION = {**_COMPLETION, "max_tokens": 1500, "ignore_eos": True}
+# Longer (several seconds) than a kill 5 s after SIGTERM allows: the old engine must finish it.
+_LONG_COMPLETION = {**_COMPLETION, "max_tokens": 4000, "ignore_eos": True}
 
 
 @dataclass(frozen=True)
