@@ -7,7 +7,9 @@ from grafana_foundation_sdk.builders import dashboard as db
 from specops.dashboards import _promql as q
 from specops.dashboards._panels import (
     RATE,
+    LabelColumn,
     Query,
+    bar_gauge_panel,
     datasource_variable,
     label_variable,
     table_panel,
@@ -20,16 +22,32 @@ FLEET_UID = "specops-fleet"
 SELECTOR = 'namespace=~"$namespace", service=~"$service"'
 BY_SERVICE = ("namespace", "service")
 LEGEND = "{{namespace}}/{{service}}"
+# Grafana's whole time range: totals "in the selected range" come from instant queries over it.
+RANGE = "$__range"
+
+
+def _per_service(aggregation: str, metric: str) -> str:
+    return f"{aggregation} by (namespace, service) ({q.series(metric, SELECTOR)})"
 
 
 def fleet() -> db.Dashboard:
     """Build the fleet dashboard over the selected namespaces and SpeculativeServices."""
     acceptance = q.acceptance_length(SELECTOR, RATE, BY_SERVICE)
-    concurrency = f"avg by (namespace, service) ({q.VLLM_RUNNING}{{{SELECTOR}}})"
+    concurrency = _per_service("avg", q.VLLM_RUNNING)
     tpot_p90 = q.histogram_quantile(0.9, q.VLLM_TPOT, SELECTOR, RATE, BY_SERVICE)
     throughput = q.rate_sum(q.VLLM_GENERATION_TOKENS, SELECTOR, RATE, BY_SERVICE)
-    running_k = f"max by (namespace, service) ({q.SIDECAR_CONFIGURED_K}{{{SELECTOR}}})"
-    recommended_k = f"max by (namespace, service) ({q.SIDECAR_RECOMMENDED_K}{{{SELECTOR}}})"
+    running_k = _per_service("max", q.SIDECAR_CONFIGURED_K)
+    recommended_k = _per_service("max", q.SIDECAR_RECOMMENDED_K)
+    mode = f"max by (namespace, service, mode) ({q.series(q.OPERATOR_MODE, SELECTOR)} == 1)"
+    k_in_force = _per_service("max", q.OPERATOR_SPECULATIVE_TOKENS)
+    predicted_gain = _per_service("max", q.OPERATOR_PREDICTED_GAIN)
+    reconfigurations = q.counted(q.OPERATOR_RECONFIGURATIONS, SELECTOR, RANGE, BY_SERVICE)
+    rollbacks = q.counted(q.OPERATOR_ROLLBACKS, SELECTOR, RANGE, BY_SERVICE)
+    withheld_selector = f'{SELECTOR}, action="Withhold"'
+    withheld = q.counted(q.OPERATOR_DECISIONS, withheld_selector, RANGE, BY_SERVICE)
+    withheld_why = q.counted(
+        q.OPERATOR_DECISIONS, withheld_selector, RANGE, (*BY_SERVICE, "reason")
+    )
     restarts = f"sum by (namespace, service) (resets({q.VLLM_GENERATION_TOKENS}{{{SELECTOR}}}[1h]))"
     not_usable = (
         f"1 - min by (namespace, service, estimate) ({q.SIDECAR_ESTIMATE_OK}{{{SELECTOR}}})"
@@ -66,15 +84,23 @@ def fleet() -> db.Dashboard:
         .with_panel(
             table_panel(
                 "SpeculativeServices",
-                "The current state of each service, one row each.",
+                "The current state of each service, one row each: the mode and k the "
+                "controller holds in force, the k the engines report running (they differ "
+                "during a rollout), what the measurements recommend, and what the controller "
+                "did in the selected range.",
                 [
-                    ("k", Query(running_k)),
+                    ("k in force", Query(k_in_force)),
+                    ("k engines run", Query(running_k)),
                     ("Recommended k", Query(recommended_k)),
+                    ("Reconfigurations", Query(reconfigurations)),
+                    ("Rollbacks", Query(rollbacks)),
+                    ("Withheld", Query(withheld)),
                     ("Acceptance length", Query(acceptance)),
                     ("Running per pod", Query(concurrency)),
                     ("TPOT p90 (s)", Query(tpot_p90)),
                     ("Tokens/s", Query(throughput)),
                 ],
+                label_columns=[LabelColumn("Mode", "mode", Query(mode))],
             )
         )
         .with_row(db.Row("Side by side"))
@@ -114,7 +140,26 @@ def fleet() -> db.Dashboard:
                 minimum=0,
             )
         )
-        .with_row(db.Row("Restarts and withheld decisions"))
+        .with_row(db.Row("Controller decisions"))
+        .with_panel(
+            bar_gauge_panel(
+                "Decisions withheld, by reason",
+                "Decisions the controller held back in the selected range, per service and "
+                "reason code: a rollout in progress, stale or missing metrics, too little "
+                "load, an unconfirmed regime, a dwell, cap or cooldown rule, mode Advise.",
+                Query(withheld_why, LEGEND + " {{reason}}"),
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Predicted gain of the recommendation",
+                "The recommended config's predicted gain over the one in force, as the "
+                "controller computed it at each decision; a change must also pay for its restart.",
+                [Query(predicted_gain, LEGEND)],
+                unit="percentunit",
+            )
+        )
+        .with_row(db.Row("Restarts and estimates"))
         .with_panel(
             timeseries_panel(
                 "Engine restarts in the past hour",
@@ -127,9 +172,10 @@ def fleet() -> db.Dashboard:
         )
         .with_panel(
             timeseries_panel(
-                "Estimates not usable, by kind",
-                "Share of pods whose estimate is stale or unknown. The controller withholds "
-                "decisions while the acceptance or load estimate is not usable.",
+                "Sidecar estimates not usable, by kind",
+                "Share of pods whose sidecar estimate is stale or unknown. Read directly from "
+                "the sidecars, such a pod leaves the controller's sample; with none left it "
+                "withholds (MetricsStale, MetricsUnavailable).",
                 [Query(not_usable, LEGEND + " {{estimate}}")],
                 unit="percentunit",
                 minimum=0,

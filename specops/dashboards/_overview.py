@@ -29,7 +29,7 @@ def _quantiles(metric: str) -> list[Query]:
     ]
 
 
-def _sidecar(metric: str, aggregation: str = "max", extra: str = "") -> str:
+def _gauge(metric: str, aggregation: str = "max", extra: str = "") -> str:
     return f"{aggregation}({metric}{{{SELECTOR}{extra}}})"
 
 
@@ -37,11 +37,9 @@ def overview() -> db.Dashboard:
     """Build the overview dashboard for one SpeculativeService."""
     acceptance = q.acceptance_length(SELECTOR, RATE)
     measured_tpot = q.histogram_mean(q.VLLM_TPOT, SELECTOR, RATE)
-    predicted_tpot_off = _sidecar(q.SIDECAR_PREDICTED_TPOT, "avg", ', k="0"')
-    reconfigurations = (
-        f"sum(increase({q.OPERATOR_DECISIONS}{{{SELECTOR}, "
-        f'action=~"Reconfigure|Rollback"}}[$__interval])) > 0'
-    )
+    predicted_tpot_off = _gauge(q.SIDECAR_PREDICTED_TPOT, "avg", ', k="0"')
+    changes = f'{SELECTOR}, action=~"Reconfigure|Rollback"'
+    reconfigurations = f"{q.counted(q.OPERATOR_DECISIONS, changes, '$__interval')} > 0"
     return (
         db.Dashboard("specops / Overview")
         .uid(OVERVIEW_UID)
@@ -76,14 +74,14 @@ def overview() -> db.Dashboard:
             stat_panel(
                 "Draft positions (k)",
                 "num_speculative_tokens the engines run now, as they report it; 0 is off.",
-                Query(_sidecar(q.SIDECAR_CONFIGURED_K), "k"),
+                Query(_gauge(q.SIDECAR_CONFIGURED_K), "k"),
             )
         )
         .with_panel(
             stat_panel(
                 "Recommended k",
                 "What the measured acceptance and load call for now (0: off).",
-                Query(_sidecar(q.SIDECAR_RECOMMENDED_K), "recommended k"),
+                Query(_gauge(q.SIDECAR_RECOMMENDED_K), "recommended k"),
             )
         )
         .with_panel(
@@ -106,7 +104,7 @@ def overview() -> db.Dashboard:
             stat_panel(
                 "Best predicted speedup",
                 "Throughput over no speculation for the best k, predicted at this load.",
-                Query(_sidecar(q.SIDECAR_PREDICTED_SPEEDUP), "speedup"),
+                Query(_gauge(q.SIDECAR_PREDICTED_SPEEDUP), "speedup"),
                 unit="x",
                 decimals=2,
             )
@@ -115,7 +113,7 @@ def overview() -> db.Dashboard:
             stat_panel(
                 "Metrics age",
                 "Age of the newest engine reading behind the estimates; decisions wait when stale.",
-                Query(_sidecar(q.SIDECAR_METRICS_AGE), "age"),
+                Query(_gauge(q.SIDECAR_METRICS_AGE), "age"),
                 unit="s",
                 decimals=0,
             )
@@ -222,11 +220,12 @@ def overview() -> db.Dashboard:
         .with_panel(
             timeseries_panel(
                 "k over time",
-                "The k the engines run and the k the measurements recommend; "
-                "reconfigurations are marked.",
+                "The k the controller holds in force, the k the engines run (behind it during "
+                "a rollout) and the k the measurements recommend; reconfigurations are marked.",
                 [
-                    Query(_sidecar(q.SIDECAR_CONFIGURED_K), "running k"),
-                    Query(_sidecar(q.SIDECAR_RECOMMENDED_K), "recommended k"),
+                    Query(_gauge(q.OPERATOR_SPECULATIVE_TOKENS), "k in force"),
+                    Query(_gauge(q.SIDECAR_CONFIGURED_K), "running k"),
+                    Query(_gauge(q.SIDECAR_RECOMMENDED_K), "recommended k"),
                 ],
                 unit="short",
                 minimum=0,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders import dashboard as db
-from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
@@ -26,8 +26,10 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 __all__ = [
     "DATASOURCE",
     "RATE",
+    "LabelColumn",
     "Query",
     "annotation",
+    "bar_gauge_panel",
     "datasource_variable",
     "label_variable",
     "stat_panel",
@@ -49,7 +51,16 @@ class Query:
     instant: bool = False
 
 
-def _target(query: Query, ref_id: str) -> prometheus.Dataquery:
+@dataclass(frozen=True)
+class LabelColumn:
+    """A table column showing a label of the series ``query`` selects, not its value."""
+
+    header: str
+    label: str
+    query: Query
+
+
+def _target(query: Query, ref_id: str, *, table: bool = False) -> prometheus.Dataquery:
     target = (
         prometheus.Dataquery()
         .expr(query.expr)
@@ -57,8 +68,10 @@ def _target(query: Query, ref_id: str) -> prometheus.Dataquery:
         .datasource(DATASOURCE)
         .legend_format(query.legend or "__auto")
     )
-    if query.instant:
+    if table:
         return target.instant().format(PromQueryFormat.TABLE)
+    if query.instant:
+        return target.instant()
     return target.range()
 
 
@@ -173,15 +186,49 @@ def stat_panel(
     return panel
 
 
+def bar_gauge_panel(
+    title: str,
+    description: str,
+    query: Query,
+    *,
+    unit: str = "short",
+    width: int = 12,
+    height: int = 8,
+) -> bargauge.Panel:
+    """One horizontal bar per series, for a total over the dashboard's range (an instant query)."""
+    return (
+        bargauge.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(width)
+        .height(height)
+        .min(0)
+        .decimals(0)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .show_unfilled(True)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(_target(Query(query.expr, query.legend, instant=True), "A"))
+    )
+
+
 def table_panel(
     title: str,
     description: str,
     columns: Sequence[tuple[str, Query]],
     *,
+    label_columns: Sequence[LabelColumn] = (),
     width: int = 24,
     height: int = 8,
 ) -> table.Panel:
-    """One row per label set: each instant query becomes a column, merged on shared labels."""
+    """One row per label set: each instant query becomes a column, merged on shared labels.
+
+    The value of a ``label_columns`` query is hidden: it only brings its label (a mode, say)
+    into the rows it matches.
+    """
+    first_label = len(columns)
     panel = (
         table.Panel()
         .title(title)
@@ -194,15 +241,25 @@ def table_panel(
             DataTransformerConfig(
                 id_val="organize",
                 options={
-                    "excludeByName": {"Time": True},
+                    "excludeByName": {
+                        "Time": True,
+                        **{
+                            f"Value #{_ref_id(first_label + index)}": True
+                            for index in range(len(label_columns))
+                        },
+                    },
                     "renameByName": {
-                        f"Value #{_ref_id(index)}": header
-                        for index, (header, _query) in enumerate(columns)
+                        **{column.label: column.header for column in label_columns},
+                        **{
+                            f"Value #{_ref_id(index)}": header
+                            for index, (header, _query) in enumerate(columns)
+                        },
                     },
                 },
             )
         )
     )
-    for index, (_header, query) in enumerate(columns):
-        panel = panel.with_target(_target(Query(query.expr, instant=True), _ref_id(index)))
+    queries = [query for _header, query in columns] + [c.query for c in label_columns]
+    for index, query in enumerate(queries):
+        panel = panel.with_target(_target(query, _ref_id(index), table=True))
     return panel

@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "OPERATOR_CROSSOVER",
     "OPERATOR_DECISIONS",
+    "OPERATOR_MODE",
+    "OPERATOR_PREDICTED_GAIN",
+    "OPERATOR_RECONFIGURATIONS",
+    "OPERATOR_ROLLBACKS",
+    "OPERATOR_SPECULATIVE_TOKENS",
     "SIDECAR_ACCEPTANCE_LENGTH",
     "SIDECAR_CONFIGURED_K",
     "SIDECAR_CROSSOVER",
@@ -35,6 +41,7 @@ __all__ = [
     "VLLM_WAITING",
     "acceptance_length",
     "by_clause",
+    "counted",
     "histogram_mean",
     "histogram_quantile",
     "per_position_acceptance",
@@ -64,8 +71,17 @@ SIDECAR_CROSSOVER = "specops_crossover_concurrency"
 SIDECAR_METRICS_AGE = "specops_metrics_age_seconds"
 SIDECAR_ESTIMATE_OK = "specops_estimate_ok"
 
-# The operator's decisions (labels namespace, service, action, reason), one count per decision.
+# The operator's control loop (labels namespace and service name the SpeculativeService).
+# Decisions by action and reason code, one count per decision.
 OPERATOR_DECISIONS = "specops_decisions_total"
+# 1 for the mode of the spec (label mode: Auto, Advise, Fixed, Off), 0 for the others.
+OPERATOR_MODE = "specops_mode"
+# num_speculative_tokens of the config in force (the cap of a per-batch-size table); 0 is off.
+OPERATOR_SPECULATIVE_TOKENS = "specops_speculative_tokens"
+OPERATOR_PREDICTED_GAIN = "specops_predicted_gain_ratio"
+OPERATOR_CROSSOVER = "specops_crossover_batch_size"
+OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"
+OPERATOR_ROLLBACKS = "specops_rollbacks_total"
 
 
 def by_clause(by: Sequence[str]) -> str:
@@ -81,6 +97,18 @@ def series(metric: str, selector: str) -> str:
 def rate_sum(metric: str, selector: str, window: str, by: Sequence[str] = ()) -> str:
     """Per-second rate of a counter, summed over pods (and engines) within each group."""
     return f"sum {by_clause(by)}(rate({series(metric, selector)}[{window}]))"
+
+
+def counted(metric: str, selector: str, window: str, by: Sequence[str] = ()) -> str:
+    """Events a counter counted over the window, summed within each group.
+
+    ``increase`` alone misses the event that creates a series: the operator's counters are
+    born at 1 (the first rollback of a service), and Prometheus never saw them at 0. A
+    series absent at the window's start counts its whole value instead, which is exact.
+    """
+    picked = series(metric, selector)
+    born = f"({picked} unless {picked} offset {window})"
+    return f"sum {by_clause(by)}({born} or increase({picked}[{window}]))"
 
 
 def acceptance_length(selector: str, window: str, by: Sequence[str] = ()) -> str:

@@ -12,6 +12,12 @@ from click.testing import CliRunner
 from specops.cli import main
 from specops.dashboards import (
     DASHBOARDS,
+    OPERATOR_DECISIONS,
+    OPERATOR_MODE,
+    OPERATOR_RECONFIGURATIONS,
+    OPERATOR_ROLLBACKS,
+    OPERATOR_SPECULATIVE_TOKENS,
+    counted,
     iter_panels,
     render_dashboards,
     stale_dashboards,
@@ -92,3 +98,50 @@ def test_variables_are_substituted_as_grafana_does() -> None:
     assert substitute(expr, variables) == 'rate(m{namespace=~"llm", service="llama"}[1m])'
     with pytest.raises(MetricsError, match=r"\$pod"):
         substitute('m{pod="$pod"}', variables)
+
+
+def _panel(dashboard: str, title: str) -> dict[str, Any]:
+    (panel,) = [p for p in iter_panels(_models()[dashboard]) if p["title"] == title]
+    return panel
+
+
+def test_the_fleet_table_shows_mode_and_k_in_force_and_what_the_controller_did() -> None:
+    panel = _panel("specops-fleet.json", "SpeculativeServices")
+    exprs = {target["refId"]: target["expr"] for target in panel["targets"]}
+    assert all(t["instant"] and t["format"] == "table" for t in panel["targets"])
+    organize = next(t["options"] for t in panel["transformations"] if t["id"] == "organize")
+    headers = {
+        organize["renameByName"][f"Value #{ref}"]: expr
+        for ref, expr in exprs.items()
+        if f"Value #{ref}" in organize["renameByName"]
+    }
+    assert OPERATOR_SPECULATIVE_TOKENS in headers["k in force"]
+    assert OPERATOR_RECONFIGURATIONS in headers["Reconfigurations"]
+    assert OPERATOR_ROLLBACKS in headers["Rollbacks"]
+    assert 'action="Withhold"' in headers["Withheld"]
+    # The mode is a label: its column shows the label, and the query's value (1) is hidden.
+    (mode_ref,) = [ref for ref, expr in exprs.items() if OPERATOR_MODE in expr]
+    assert exprs[mode_ref].endswith("== 1)")
+    assert organize["renameByName"]["mode"] == "Mode"
+    assert organize["excludeByName"][f"Value #{mode_ref}"] is True
+
+
+def test_withheld_decisions_are_totalled_over_the_range_by_reason() -> None:
+    panel = _panel("specops-fleet.json", "Decisions withheld, by reason")
+    (target,) = panel["targets"]
+    assert panel["type"] == "bargauge"
+    assert target["instant"] is True
+    assert target["expr"] == counted(
+        OPERATOR_DECISIONS,
+        'namespace=~"$namespace", service=~"$service", action="Withhold"',
+        "$__range",
+        ("namespace", "service", "reason"),
+    )
+    assert "{{reason}}" in target["legendFormat"]
+
+
+def test_counted_takes_a_series_born_in_the_window_whole() -> None:
+    assert counted("m_total", 'a="b"', "1h", ("a",)) == (
+        'sum by (a) ((m_total{a="b"} unless m_total{a="b"} offset 1h) '
+        'or increase(m_total{a="b"}[1h]))'
+    )

@@ -1,8 +1,11 @@
-"""Every panel's PromQL returns data from a real Prometheus scraping the simulated engine and
-the sidecar under load; the recording rules do too; the overview is drawn into a PNG.
+"""Every panel's PromQL returns data from a real Prometheus scraping the simulated engine, the
+sidecar and the operator's metrics under load; the recording rules do too; the overview is
+drawn into a PNG.
 
 Prometheus scrapes every second and labels the engine target the way the PodMonitor does
-(namespace, service, pod); the sidecar's series carry those labels themselves.
+(namespace, service, pod); the sidecar's series carry those labels themselves, and so do the
+operator's, which the control loop records from the sidecar's observations while the load runs
+(see ``controller``) and which are scraped with the labels of the chart's ServiceMonitor.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import asyncio
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +25,20 @@ import pytest
 import yaml
 
 from specops.dashboards import (
+    OPERATOR_DECISIONS,
+    OPERATOR_ROLLBACKS,
+    counted,
     fetch_panels,
     iter_panels,
     query_range,
     render_dashboards,
     render_preview,
     substitute,
+)
+from tests.dashboards.controller import (
+    OPERATOR_TARGET_LABELS,
+    drive_decisions,
+    serving_operator_metrics,
 )
 from tests.processes import running_prometheus, running_sim_engine, running_specops
 
@@ -42,6 +55,7 @@ VARIABLES = {
     "datasource": "prometheus",
     "__rate_interval": "10s",
     "__interval": "2s",
+    "__range": "20s",
 }
 
 
@@ -65,9 +79,25 @@ async def _drive_load(engine: str, seconds: float, concurrency: int) -> int:
     return done
 
 
+async def _load_and_decide(engine: str, sidecar: str) -> tuple[int, Counter[tuple[str, str]]]:
+    """Load for ``LOAD_SECONDS`` while the control loop decides; completed requests and the
+    count of each (action, reason code) decided."""
+    return await asyncio.gather(
+        _drive_load(engine, LOAD_SECONDS, concurrency=8),
+        drive_decisions(sidecar, NAMESPACE, SERVICE, POD, engine_k=3, seconds=LOAD_SECONDS),
+    )
+
+
+@dataclass(frozen=True)
+class Stack:
+    prometheus: httpx.Client
+    decisions: Counter[tuple[str, str]]
+
+
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    """Engine, sidecar and Prometheus running, with ``LOAD_SECONDS`` of load scraped."""
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Engine, sidecar, the operator's metrics and Prometheus running, with ``LOAD_SECONDS``
+    of load and decisions scraped."""
     work = tmp_path_factory.mktemp("stack")
     speculative = {"method": "eagle3", "model": "draft", "num_speculative_tokens": 3}
     engine_args = ["--model", SERVICE, "--speculative-config", json.dumps(speculative)]
@@ -78,7 +108,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Clien
             "--scrape-interval", "1", "--window", "10", "--window", "30",
             "--prediction-window", "10", "--profile", "llama3.1-8b-h100",
         ]  # fmt: skip
-        with running_specops(sidecar_args, "/healthz", work / "sidecar.log") as sidecar:
+        with (
+            running_specops(sidecar_args, "/healthz", work / "sidecar.log") as sidecar,
+            serving_operator_metrics(NAMESPACE, SERVICE) as operator,
+        ):
             scrape_configs: list[dict[str, Any]] = [
                 {
                     "job_name": "engine",
@@ -94,13 +127,25 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Clien
                     "honor_labels": True,
                     "static_configs": [{"targets": [sidecar.removeprefix("http://")]}],
                 },
+                {
+                    "job_name": OPERATOR_TARGET_LABELS["service"],
+                    "honor_labels": True,
+                    "static_configs": [{"targets": [operator], "labels": OPERATOR_TARGET_LABELS}],
+                },
             ]
             with running_prometheus(scrape_configs, work, rule_files=[RULES]) as url:
-                completed = asyncio.run(_drive_load(engine, LOAD_SECONDS, concurrency=8))
+                completed, decisions = asyncio.run(_load_and_decide(engine, sidecar))
                 assert completed > 0
+                actions = {action for action, _reason in decisions}
+                assert {"Withhold", "Reconfigure", "Rollback"} <= actions, decisions
                 time.sleep(3)  # the last scrapes and rule evaluations
                 with httpx.Client(base_url=url, timeout=30) as client:
-                    yield client
+                    yield Stack(client, decisions)
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: Stack) -> httpx.Client:
+    return stack.prometheus
 
 
 def _models() -> dict[str, dict[str, Any]]:
@@ -147,6 +192,45 @@ def test_annotation_queries_are_valid_promql(prometheus: httpx.Client, dashboard
     end = time.time()
     for annotation in _models()[dashboard]["annotations"].get("list", []):
         query_range(prometheus, substitute(annotation["expr"], VARIABLES), end - 20, end, 1)
+
+
+def test_the_overview_marks_the_first_reconfiguration(stack: Stack) -> None:
+    """The service's first Reconfigure and Rollback create their series at 1."""
+    (annotation,) = _models()["specops-overview.json"]["annotations"]["list"]
+    end = time.time()
+    expr = substitute(annotation["expr"], VARIABLES)
+    result = query_range(stack.prometheus, expr, end - LOAD_SECONDS - 10, end, 1)
+    assert any(float(v) > 0 for series in result for _, v in series["values"]), expr
+
+
+def _instant(client: httpx.Client, expr: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    end = time.time()
+    return {
+        tuple(series["metric"].get(label, "") for label in by): float(series["values"][-1][1])
+        for series in query_range(client, expr, end, end, 1)
+    }
+
+
+def test_withheld_decisions_by_reason_are_what_the_controller_decided(stack: Stack) -> None:
+    selector = f'namespace="{NAMESPACE}", service="{SERVICE}", action="Withhold"'
+    found = _instant(
+        stack.prometheus, counted(OPERATOR_DECISIONS, selector, "5m", ("reason",)), ("reason",)
+    )
+    expected = {
+        (reason,): float(count)
+        for (action, reason), count in stack.decisions.items()
+        if action == "Withhold"
+    }
+    assert found == expected
+
+
+def test_the_rollback_that_created_its_series_is_counted(stack: Stack) -> None:
+    selector = f'namespace="{NAMESPACE}", service="{SERVICE}"'
+    assert stack.decisions["Rollback", "RolloutFailed"] == 1  # its cooldown forbids a second
+    assert _instant(stack.prometheus, counted(OPERATOR_ROLLBACKS, selector, "5m"), ()) == {(): 1.0}
+    # increase() alone never saw the counter at 0, so it misses the first rollback.
+    plain = f"sum(increase({OPERATOR_ROLLBACKS}{{{selector}}}[5m]))"
+    assert _instant(stack.prometheus, plain, ()) == {(): 0.0}
 
 
 def test_recording_rules_return_data(prometheus: httpx.Client) -> None:
