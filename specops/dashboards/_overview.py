@@ -72,9 +72,20 @@ def overview() -> db.Dashboard:
         .with_row(db.Row("Speculation now"))
         .with_panel(
             stat_panel(
+                "Mode",
+                "The SpeculativeService's mode: Auto applies the controller's decisions, "
+                "Advise only recommends, Fixed and Off never change the config.",
+                Query(f"max by (mode) ({q.series(q.OPERATOR_MODE, SELECTOR)} == 1)", "{{mode}}"),
+                width=3,
+                name_only=True,
+            )
+        )
+        .with_panel(
+            stat_panel(
                 "Draft positions (k)",
                 "num_speculative_tokens the engines run now, as they report it; 0 is off.",
                 Query(_gauge(q.SIDECAR_CONFIGURED_K), "k"),
+                width=3,
             )
         )
         .with_panel(
@@ -82,6 +93,7 @@ def overview() -> db.Dashboard:
                 "Recommended k",
                 "What the measured acceptance and load call for now (0: off).",
                 Query(_gauge(q.SIDECAR_RECOMMENDED_K), "recommended k"),
+                width=3,
             )
         )
         .with_panel(
@@ -115,6 +127,7 @@ def overview() -> db.Dashboard:
                 "Age of the newest engine reading behind the estimates; decisions wait when stale.",
                 Query(_gauge(q.SIDECAR_METRICS_AGE), "age"),
                 unit="s",
+                width=3,
                 decimals=0,
             )
         )

@@ -165,8 +165,10 @@ def stat_panel(
     width: int = 4,
     height: int = 4,
     decimals: int | None = None,
+    name_only: bool = False,
 ) -> stat.Panel:
-    """One big number: the last value of ``query``, with a sparkline."""
+    """One big number: the last value of ``query``, with a sparkline. ``name_only`` shows the
+    series' legend instead, for a state carried in a label (the mode)."""
     panel = (
         stat.Panel()
         .title(title)
@@ -175,9 +177,11 @@ def stat_panel(
         .unit(unit)
         .span(width)
         .height(height)
-        .graph_mode(common.BigValueGraphMode.AREA)
-        .color_mode(common.BigValueColorMode.VALUE)
-        .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+        .graph_mode(common.BigValueGraphMode.NONE if name_only else common.BigValueGraphMode.AREA)
+        .color_mode(common.BigValueColorMode.NONE if name_only else common.BigValueColorMode.VALUE)
+        .text_mode(
+            common.BigValueTextMode.NAME if name_only else common.BigValueTextMode.VALUE_AND_NAME
+        )
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
         .with_target(_target(query, "A"))
     )

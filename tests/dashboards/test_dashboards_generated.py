@@ -145,3 +145,11 @@ def test_counted_takes_a_series_born_in_the_window_whole() -> None:
         'sum by (a) ((m_total{a="b"} unless m_total{a="b"} offset 1h) '
         'or increase(m_total{a="b"}[1h]))'
     )
+
+
+def test_the_overview_names_the_mode_in_force() -> None:
+    panel = _panel("specops-overview.json", "Mode")
+    (target,) = panel["targets"]
+    assert OPERATOR_MODE in target["expr"] and target["expr"].endswith("== 1)")
+    assert target["legendFormat"] == "{{mode}}"
+    assert panel["options"]["textMode"] == "name"
