@@ -145,8 +145,9 @@ def fleet() -> db.Dashboard:
             bar_gauge_panel(
                 "Decisions withheld, by reason",
                 "Decisions the controller held back in the selected range, per service and "
-                "reason code: a rollout in progress, stale or missing metrics, too little "
-                "load, an unconfirmed regime, a dwell, cap or cooldown rule, mode Advise.",
+                "reason code: a rollout in progress, missing or stale metrics, no cost model, "
+                "too little load, an unconfirmed regime, unknown acceptance, a dwell, cap or "
+                "cooldown rule, mode Advise.",
                 Query(withheld_why, LEGEND + " {{reason}}"),
             )
         )
