@@ -16,7 +16,12 @@ from specops.render import RenderOptions
 from specops_operator._control import ControlOptions, control_tick
 from specops_operator._fetch import Observer
 from specops_operator._kube import Kube, KubeApiError
-from specops_operator._metrics import RECONCILE_SECONDS, RECONCILES, forget_service
+from specops_operator._metrics import (
+    RECONCILE_SECONDS,
+    RECONCILES,
+    forget_service,
+    start_service,
+)
 from specops_operator._reconcile import reconcile
 
 __all__ = ["RECHECK_SECONDS"]
@@ -101,6 +106,7 @@ async def control_loop(
     options: ControlOptions = memo.control
     log = logging.getLogger("specops.control")
     namespace, name = namespace or "default", name or ""
+    start_service(namespace, name)
     try:
         await stopped.wait(options.initial_delay_s)
         while not stopped:

@@ -16,6 +16,7 @@ __all__ = [
     "ROLLBACKS",
     "SPECULATIVE_TOKENS",
     "forget_service",
+    "start_service",
 ]
 
 _SERVICE = ["namespace", "service"]
@@ -71,6 +72,13 @@ ROLLBACKS = Counter(
     "Rollouts rolled back to the last good config because new pods did not become Ready.",
     _SERVICE,
 )
+
+
+def start_service(namespace: str, name: str) -> None:
+    """Export a new service's event counters at 0 before its first event, so that
+    ``increase()`` (the alert rules) sees that first reconfiguration or rollback too."""
+    for counter in (RECONFIGURATIONS, ROLLBACKS):
+        counter.labels(namespace, name)
 
 
 def forget_service(namespace: str, name: str) -> None:

@@ -143,7 +143,7 @@ def _alerts() -> RuleGroup:
                 name="SpecopsReconfigurationsFlapping",
                 expr=(
                     "sum by (namespace, service) "
-                    f'(increase({q.OPERATOR_DECISIONS}{{action="Reconfigure"}}[1h])) >= 3'
+                    f"(increase({q.OPERATOR_RECONFIGURATIONS}[1h])) >= 3"
                 ),
                 for_="0m",
                 severity="warning",
@@ -158,10 +158,7 @@ def _alerts() -> RuleGroup:
             ),
             Alert(
                 name="SpecopsRolloutRolledBack",
-                expr=(
-                    "sum by (namespace, service) "
-                    f'(increase({q.OPERATOR_DECISIONS}{{action="Rollback"}}[30m])) > 0'
-                ),
+                expr=(f"sum by (namespace, service) (increase({q.OPERATOR_ROLLBACKS}[30m])) > 0"),
                 for_="0m",
                 severity="critical",
                 summary="A new speculative config of {{ $labels.namespace }}/"

@@ -23,7 +23,7 @@ import yaml
 from prometheus_client import REGISTRY, start_http_server
 from specops_operator._control import _record_metrics
 from specops_operator._fetch import DirectSource, PodTarget
-from specops_operator._metrics import forget_service
+from specops_operator._metrics import forget_service, start_service
 
 from specops.api import parse_service
 from specops.control import (
@@ -95,6 +95,7 @@ async def drive_decisions(
     state = ControllerState.initial(running)
     taken: Counter[tuple[str, str]] = Counter()
     deadline = time.monotonic() + seconds
+    start_service(namespace, service)  # as the operator's loop does for each service
     async with httpx.AsyncClient(timeout=10) as client:
         source = DirectSource(client, port=int(port))
         while time.monotonic() < deadline:

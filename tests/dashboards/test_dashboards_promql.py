@@ -224,13 +224,15 @@ def test_withheld_decisions_by_reason_are_what_the_controller_decided(stack: Sta
     assert found == expected
 
 
-def test_the_rollback_that_created_its_series_is_counted(stack: Stack) -> None:
+def test_the_first_rollback_is_counted(stack: Stack) -> None:
     selector = f'namespace="{NAMESPACE}", service="{SERVICE}"'
     assert stack.decisions["Rollback", "RolloutFailed"] == 1  # its cooldown forbids a second
     assert _instant(stack.prometheus, counted(OPERATOR_ROLLBACKS, selector, "5m"), ()) == {(): 1.0}
-    # increase() alone never saw the counter at 0, so it misses the first rollback.
+    # The operator exports the counter at 0 before the first event, so increase() (the alert
+    # rules) sees it too; it extrapolates a little past the samples, never below them.
     plain = f"sum(increase({OPERATOR_ROLLBACKS}{{{selector}}}[5m]))"
-    assert _instant(stack.prometheus, plain, ()) == {(): 0.0}
+    (value,) = _instant(stack.prometheus, plain, ()).values()
+    assert 1.0 <= value < 1.5
 
 
 def test_recording_rules_return_data(prometheus: httpx.Client) -> None:

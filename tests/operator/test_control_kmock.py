@@ -272,16 +272,20 @@ async def test_a_source_that_needs_readings_is_sampled_between_decisions(
         assert cluster.fetches == fetched  # no decision is due for another 30 s
 
 
-async def test_a_deleted_service_leaves_no_readings_and_no_series(
+async def test_a_service_counts_from_zero_and_leaves_no_readings_or_series_when_deleted(
     kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
 ) -> None:
     async with run_operator(kmock, tmp_path, monkeypatch, memo):
         async with kmock.post(SVC_PATH, json=_body("Advise")) as response:
             assert response.status in (200, 201)
         await eventually(lambda: _sample("specops_mode", mode="Advise") == 1.0, "the mode gauge")
+        labels = {"namespace": NS, "service": "llama"}
+        # Exported at 0 before any event, so that increase() sees the first one.
+        for counter in ("specops_reconfigurations_total", "specops_rollbacks_total"):
+            assert REGISTRY.get_sample_value(counter, labels) == 0.0, counter
         async with kmock.delete(f"{SVC_PATH}/llama") as response:
             assert response.status in (200, 202)
         await eventually(lambda: (NS, "llama") in cluster.forgotten, "the readings dropped")
-        labels = {"namespace": NS, "service": "llama"}
         assert REGISTRY.get_sample_value("specops_mode", {**labels, "mode": "Advise"}) is None
         assert REGISTRY.get_sample_value("specops_speculative_tokens", labels) is None
+        assert REGISTRY.get_sample_value("specops_rollbacks_total", labels) is None
