@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,16 +75,29 @@ def kubectl(cluster: ClusterInfo) -> Kubectl:
     return run
 
 
-@pytest.fixture
-def namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards."""
+@contextmanager
+def _fresh_namespace(api_client: client.ApiClient, prefix: str) -> Iterator[str]:
     core = client.CoreV1Api(api_client)
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     try:
         yield name
     finally:
         core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    with _fresh_namespace(api_client, _PREFIX) as name:
+        yield name
+
+
+@pytest.fixture
+def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A second fresh namespace, for what must not reach into it."""
+    with _fresh_namespace(api_client, "e2e-other-") as name:
+        yield name
 
 
 @pytest.fixture(scope="session")

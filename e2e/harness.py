@@ -8,11 +8,30 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
-__all__ = ["Kubectl", "Phases", "Wait"]
+import yaml
 
+__all__ = ["EXAMPLE", "Kubectl", "Phases", "Wait", "apply", "example"]
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
 Wait = Callable[[Callable[[], bool], str], None]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def example(namespace: str) -> dict[str, Any]:
+    """The README's example SpeculativeService, placed in ``namespace``."""
+    doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def apply(kubectl: Kubectl, directory: Path, doc: dict[str, Any]) -> None:
+    """``kubectl apply`` of ``doc``, as a user would, through a file in ``directory``."""
+    path = directory / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    kubectl("apply", "-f", str(path))
 
 
 class Phases:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from harness import Kubectl, Wait
+from harness import Kubectl, Wait, apply, example
 from kubernetes import client
 
 from specops.cluster import ClusterInfo
@@ -24,7 +23,6 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "tests" / "chart" / "monitoring.coreos.com-subset.yaml"
-EXAMPLE = REPO / "examples" / "llama.yaml"
 GROUP, VERSION = "monitoring.coreos.com", "v1"
 Obj = dict[str, Any]
 
@@ -75,12 +73,9 @@ def test_chart_and_operator_create_the_monitoring_objects(
         operator = OperatorProcess(identity, tmp_path / "operator.log")
         operator.start()
         try:
-            doc: Obj = yaml.safe_load(EXAMPLE.read_text())
-            doc["metadata"]["namespace"] = namespace
+            doc = example(namespace)
             name = doc["metadata"]["name"]
-            manifest = tmp_path / "service.yaml"
-            manifest.write_text(yaml.safe_dump(doc))
-            kubectl("apply", "-f", str(manifest))
+            apply(kubectl, tmp_path, doc)
 
             def pod_monitor() -> Obj | None:
                 try:

@@ -19,7 +19,7 @@ import helm_python as helm
 import kopf
 import pytest
 import yaml
-from harness import Kubectl, Phases, Wait
+from harness import EXAMPLE, Kubectl, Phases, Wait, apply, example
 from kubernetes import client
 from specops_operator import FIELD_MANAGER, LEGACY_FIELD_MANAGER, Kube
 
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "specops"
 CHART_CRD = CHART / "crds" / f"{GROUP}_{PLURAL}.yaml"
-EXAMPLE = REPO / "examples" / "llama.yaml"
 RELEASE = "specops"
 RELEASE_NAMESPACE = "specops-system"
 NAME = "llama"  # the example's name
@@ -101,18 +100,6 @@ def operator(operator_kubeconfig: Path, phases: Phases) -> Iterator[OperatorProc
 
 
 # -- reading the cluster --------------------------------------------------------------
-
-
-def _example(namespace: str) -> Obj:
-    doc: Obj = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["namespace"] = namespace
-    return doc
-
-
-def _apply(kubectl: Kubectl, directory: Path, doc: Obj) -> None:
-    path = directory / f"{doc['metadata']['name']}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    kubectl("apply", "-f", str(path))
 
 
 def _service(api: client.ApiClient, namespace: str, name: str = NAME) -> Obj:
@@ -224,7 +211,7 @@ def rollout(
 
     def run() -> None:
         with phases("apply example -> 2 pods Ready"):
-            _apply(kubectl, tmp_path, _example(namespace))
+            apply(kubectl, tmp_path, example(namespace))
             wait(lambda: _converged(api_client, namespace), "the example to roll out")
 
     return run
@@ -405,7 +392,7 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
 
 def _changed(path: str, value: Any) -> Obj:
     """The example's spec with the dotted ``path`` set to ``value`` (None removes it)."""
-    spec: Obj = copy.deepcopy(_example("default")["spec"])
+    spec: Obj = copy.deepcopy(example("default")["spec"])
     *parents, leaf = path.split(".")
     node = spec
     for part in parents:
@@ -616,7 +603,7 @@ def _owners(deployment: Obj) -> set[tuple[str, str]]:
 
 def _with_extras(namespace: str) -> Obj:
     """The example with a node selector, env vars and extra arguments, the last of each to go."""
-    doc = _example(namespace)
+    doc = example(namespace)
     engine = doc["spec"]["engine"]
     engine["nodeSelector"] = {"example.com/pool": "gpu", "example.com/zone": "a"}
     engine["env"] = [{"name": "KEEP_ME", "value": "1"}, {"name": "DROP_ME", "value": "2"}]
@@ -674,7 +661,7 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
         return _rendered(api_client, namespace)
 
     with phases("apply with selector, env, args -> Deployment"):
-        _apply(kubectl, tmp_path, doc)
+        apply(kubectl, tmp_path, doc)
         wait(rendered, "the Deployment of the first spec")
     deployment = _deployment(api_client, namespace)
     assert (FIELD_MANAGER, "Apply") in _owners(deployment)
@@ -702,7 +689,7 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     # The spec drops a selector key, an env var and an extra argument.
     _drop_extras(doc)
     with phases("spec drops fields -> Deployment updated"):
-        _apply(kubectl, tmp_path, doc)
+        apply(kubectl, tmp_path, doc)
         wait(rendered, "the Deployment of the reduced spec")
     deployment = _deployment(api_client, namespace)
     _without_dropped_extras(deployment)
@@ -766,12 +753,12 @@ def test_a_deployment_written_before_the_operator_applied_loses_the_fields_it_dr
     doc = _with_extras(namespace)
     operator.kill()
     try:
-        _apply(kubectl, tmp_path, doc)
+        apply(kubectl, tmp_path, doc)
         (deployment, *_) = _adopted_children(_service(api_client, namespace))
         client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)
         assert (LEGACY_FIELD_MANAGER, "Update") in _owners(_deployment(api_client, namespace))
         _drop_extras(doc)
-        _apply(kubectl, tmp_path, doc)
+        apply(kubectl, tmp_path, doc)
     finally:
         operator.start()
     with phases("upgrade: first apply of an old Deployment"):

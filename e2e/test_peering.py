@@ -11,11 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from harness import Kubectl, Wait
+from harness import Kubectl, Wait, apply, example
 from kubernetes import client
 
 from specops.cluster import ClusterInfo
@@ -23,12 +21,10 @@ from specops.localstack import ChartRelease, OperatorProcess, installed_chart, o
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
 PEERING = "e2e-ha"
 PRIORITY = re.compile(rf"peering {PEERING} at priority (\d+)")
 RESUMED = "Resuming operations after the pause"
 HANDLED = "Handler 'service_changed' succeeded"
-Obj = dict[str, Any]
 
 
 @pytest.fixture
@@ -48,12 +44,6 @@ def release(cluster: ClusterInfo, namespace: str) -> Iterator[ChartRelease]:
         operator_replicas=0,
     ) as installed:
         yield installed
-
-
-def _chart_args(release: ChartRelease) -> list[str]:
-    (deployment,) = [o for o in release.objects if o["kind"] == "Deployment"]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return [a for a in container["args"] if a.startswith(("--peering", "--namespace"))]
 
 
 def _log(replica: OperatorProcess) -> str:
@@ -76,7 +66,7 @@ def test_one_replica_acts_and_the_other_takes_over_when_it_stops(
     release: ChartRelease,
     tmp_path: Path,
 ) -> None:
-    args = _chart_args(release)
+    args = [a for a in release.operator_args if a.startswith(("--peering", "--namespace"))]
     assert sorted(args) == [f"--namespace={namespace}", f"--peering={PEERING}"]
     identity = operator_kubeconfig(cluster.kubeconfig, release, tmp_path / "kubeconfig")
     replicas = [
@@ -89,12 +79,9 @@ def test_one_replica_acts_and_the_other_takes_over_when_it_stops(
         active, standby = sorted(replicas, key=_priority, reverse=True)
         wait(lambda: RESUMED in _log(active), "the replica of the higher priority to act")
 
-        doc: Obj = yaml.safe_load(EXAMPLE.read_text())
-        doc["metadata"]["namespace"] = namespace
+        doc = example(namespace)
         name = doc["metadata"]["name"]
-        manifest = tmp_path / "service.yaml"
-        manifest.write_text(yaml.safe_dump(doc))
-        kubectl("apply", "-f", str(manifest))
+        apply(kubectl, tmp_path, doc)
         apps = client.AppsV1Api(api_client)
 
         def replicas_of_deployment() -> int | None:

@@ -45,6 +45,13 @@ class ChartRelease:
     def operator_deployment(self) -> str:
         return str(self._one("Deployment")["metadata"]["name"])
 
+    @property
+    def operator_args(self) -> tuple[str, ...]:
+        """The arguments the chart gives ``specops operator``, to run it elsewhere as the
+        chart would."""
+        (container,) = self._one("Deployment")["spec"]["template"]["spec"]["containers"]
+        return tuple(container.get("args") or ())
+
 
 def _scale(kubeconfig: Path, namespace: str, deployment: str, replicas: int) -> None:
     from kubernetes import client, config
