@@ -21,7 +21,7 @@ import pytest
 import yaml
 from harness import EXAMPLE, Kubectl, Phases, Wait, apply, example
 from kubernetes import client
-from specops_operator import FIELD_MANAGER, LEGACY_FIELD_MANAGER, Kube
+from specops_operator import FIELD_MANAGER, Kube
 
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
@@ -736,37 +736,6 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
     assert "TRACE" in {e["name"] for e in _vllm(deployment)["env"]}
     assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
-
-
-def test_a_deployment_written_before_the_operator_applied_loses_the_fields_it_dropped(
-    operator: OperatorProcess,
-    api_client: client.ApiClient,
-    kubectl: Kubectl,
-    namespace: str,
-    tmp_path: Path,
-    wait: Wait,
-    phases: Phases,
-) -> None:
-    """An upgrade: the Deployment was created by an earlier operator (a plain create, which the
-    API server records as an Update by the client's default manager). Its fields are handed to
-    the apply manager on the first apply, so a field the spec dropped still goes."""
-    doc = _with_extras(namespace)
-    operator.kill()
-    try:
-        apply(kubectl, tmp_path, doc)
-        (deployment, *_) = _adopted_children(_service(api_client, namespace))
-        client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)
-        assert (LEGACY_FIELD_MANAGER, "Update") in _owners(_deployment(api_client, namespace))
-        _drop_extras(doc)
-        apply(kubectl, tmp_path, doc)
-    finally:
-        operator.start()
-    with phases("upgrade: first apply of an old Deployment"):
-        wait(lambda: _rendered(api_client, namespace), "the Deployment of the reduced spec")
-    deployment = _deployment(api_client, namespace)
-    _without_dropped_extras(deployment)
-    owners = _owners(deployment)
-    assert (FIELD_MANAGER, "Apply") in owners and (LEGACY_FIELD_MANAGER, "Update") not in owners
 
 
 # -- 7: the operator restarts mid-rollout -------------------------------------------------

@@ -1,12 +1,11 @@
 """The specops operator: kopf handlers around the pure renderers of specops.render."""
 
-from specops_operator._kube import FIELD_MANAGER, LEGACY_FIELD_MANAGER, Kube, KubeApiError
+from specops_operator._kube import FIELD_MANAGER, Kube, KubeApiError
 from specops_operator._reconcile import ChildWrite, Outcome, covers, reconcile
 from specops_operator._status import desired_status
 
 __all__ = [
     "FIELD_MANAGER",
-    "LEGACY_FIELD_MANAGER",
     "ChildWrite",
     "Kube",
     "KubeApiError",

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError
 
-__all__ = ["FIELD_MANAGER", "LEGACY_FIELD_MANAGER", "Kube", "KubeApiError"]
+__all__ = ["FIELD_MANAGER", "Kube", "KubeApiError"]
 
 Obj = dict[str, Any]
 
@@ -32,12 +32,8 @@ _PLURALS = {
 }
 _MERGE_PATCH = "application/merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is valid YAML
-_JSON_PATCH = "application/json-patch+json"
 # The field manager that owns what the operator applies to its children.
 FIELD_MANAGER = "specops"
-# The manager the API server named the operator's writes after before it applied them (by
-# create and merge patch, without a fieldManager): the client library's user agent up to "/".
-LEGACY_FIELD_MANAGER = "OpenAPI-Generator"
 
 
 class KubeApiError(SpecopsError):
@@ -79,7 +75,7 @@ class Kube:
         self,
         method: str,
         path: str,
-        body: Obj | list[Obj] | None = None,
+        body: Obj | None = None,
         *,
         content_type: str = _MERGE_PATCH,
         query: list[tuple[str, str]] | None = None,
@@ -126,20 +122,6 @@ class Kube:
             obj,
             content_type=_APPLY_PATCH,
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-        )
-
-    def set_managed_fields(self, live: Obj, managed_fields: list[Obj]) -> Obj:
-        """Replace the field managers of ``live``, unless the object changed since it was read."""
-        version = live["metadata"]["resourceVersion"]
-        return self._call(
-            "PATCH",
-            _object_path(live),
-            [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-                {"op": "replace", "path": "/metadata/managedFields", "value": managed_fields},
-            ],
-            content_type=_JSON_PATCH,
-            query=[("fieldManager", FIELD_MANAGER)],
         )
 
     def get_service(self, namespace: str, name: str) -> Obj | None:

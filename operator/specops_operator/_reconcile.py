@@ -18,7 +18,7 @@ import kopf
 
 from specops.api import SpeculativeService, parse_service
 from specops.render import HASH_ANNOTATION, RenderOptions, plan
-from specops_operator._kube import FIELD_MANAGER, LEGACY_FIELD_MANAGER, Kube
+from specops_operator._kube import Kube
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._status import desired_status
 
@@ -74,34 +74,6 @@ def _projection(shape: Any, obj: Any) -> Any:
     return obj
 
 
-def _handed_over(live: Mapping[str, Any]) -> list[Obj] | None:
-    """The managedFields of ``live`` with what the operator wrote before it applied handed to
-    its apply manager, so that the next apply removes the fields it no longer renders.
-
-    None when there is nothing to hand over: the operator applied to it before, or never
-    wrote it the old way (as :data:`LEGACY_FIELD_MANAGER`, an Update of the object itself).
-    """
-    entries: list[Obj] = list(live.get("metadata", {}).get("managedFields") or [])
-
-    def own(entry: Obj, manager: str, operation: str) -> bool:
-        return (
-            not entry.get("subresource")
-            and entry.get("manager") == manager
-            and entry.get("operation") == operation
-            and entry.get("apiVersion") == live.get("apiVersion")
-        )
-
-    if any(own(entry, FIELD_MANAGER, "Apply") for entry in entries):
-        return None
-    legacy = [own(entry, LEGACY_FIELD_MANAGER, "Update") for entry in entries]
-    if not any(legacy):
-        return None
-    return [
-        {**entry, "manager": FIELD_MANAGER, "operation": "Apply"} if old else entry
-        for entry, old in zip(entries, legacy, strict=True)
-    ]
-
-
 def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
     """Server-side apply one child unless it already matches; what changed, and the live object.
 
@@ -110,14 +82,11 @@ def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
     When the live object differs only by what other managers added (an entry in a list the
     operator renders, which ``covers`` counts as a difference), the apply changes none of the
     rendered fields and nothing is reported; what others wrote meanwhile (the Deployment
-    controller's revision annotation, status) is not compared. A child written before the
-    operator applied is first handed to its apply manager (once).
+    controller's revision annotation, status) is not compared.
     """
     live = kube.get(desired)
     if live is not None and _hash(live) == _hash(desired) and covers(desired, live):
         return None, live
-    if live is not None and (handed := _handed_over(live)) is not None:
-        kube.set_managed_fields(live, handed)
     applied = kube.apply(desired)
     if live is None:
         return "created", applied

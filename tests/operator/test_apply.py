@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from specops_operator import FIELD_MANAGER, LEGACY_FIELD_MANAGER, Kube
-from specops_operator._reconcile import _apply, _handed_over
+from specops_operator import Kube
+from specops_operator._reconcile import _apply
 
 from specops.api import parse_service
 from specops.render import HASH_ANNOTATION, RenderOptions, plan
@@ -33,12 +33,6 @@ class _Server:
     def apply(self, obj: Obj) -> Obj:
         self.calls.append("apply")
         self.live = self.answer(copy.deepcopy(obj), self.live)
-        return copy.deepcopy(self.live)
-
-    def set_managed_fields(self, live: Obj, managed_fields: list[Obj]) -> Obj:
-        self.calls.append("hand over")
-        assert self.live is not None
-        self.live["metadata"]["managedFields"] = managed_fields
         return copy.deepcopy(self.live)
 
 
@@ -141,39 +135,3 @@ def test_what_the_deployment_controller_wrote_meanwhile_is_no_change(desired: Ob
         return moved
 
     assert _run(_Server(shared, status_moved), desired) is None
-
-
-def _entry(manager: str, operation: str, subresource: str | None = None) -> Obj:
-    entry: Obj = {"manager": manager, "operation": operation, "apiVersion": "apps/v1"}
-    entry["fieldsV1"] = {"f:spec": {}}
-    if subresource is not None:
-        entry["subresource"] = subresource
-    return entry
-
-
-def test_what_the_operator_wrote_before_it_applied_is_handed_to_its_apply_manager() -> None:
-    status = _entry(LEGACY_FIELD_MANAGER, "Update", "status")
-    controller = _entry("kube-controller-manager", "Update")
-    written = {
-        "apiVersion": "apps/v1",
-        "metadata": {"managedFields": [_entry(LEGACY_FIELD_MANAGER, "Update"), controller, status]},
-    }
-    assert _handed_over(written) == [
-        {**_entry(LEGACY_FIELD_MANAGER, "Update"), "manager": FIELD_MANAGER, "operation": "Apply"},
-        controller,
-        status,
-    ]
-    applied = copy.deepcopy(written)
-    applied["metadata"]["managedFields"].append(_entry(FIELD_MANAGER, "Apply"))
-    assert _handed_over(applied) is None  # once only
-    others = {"apiVersion": "apps/v1", "metadata": {"managedFields": [controller]}}
-    assert _handed_over(others) is None  # never written the old way
-
-
-def test_a_child_written_the_old_way_is_handed_over_before_the_apply(desired: Obj) -> None:
-    old = _stored(desired, "7")
-    old["metadata"]["managedFields"] = [_entry(LEGACY_FIELD_MANAGER, "Update")]
-    old["metadata"]["annotations"][HASH_ANNOTATION] = "the-old-render"
-    server = _Server(old, _applied)
-    assert _run(server, desired) == "updated"
-    assert server.calls == ["get", "hand over", "apply"]
