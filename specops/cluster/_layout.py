@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from specops._cache import cache_root
+
 __all__ = ["KUBE_BINARIES", "CacheLayout", "RunFiles", "Versions"]
 
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -34,11 +36,8 @@ class CacheLayout:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> CacheLayout:
-        """``$SPECOPS_CACHE``, else ``$XDG_CACHE_HOME/specops``, else ``~/.cache/specops``."""
-        if explicit := env.get("SPECOPS_CACHE"):
-            return cls(Path(explicit).expanduser())
-        base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        return cls(Path(base) / "specops")
+        """Rooted at :func:`specops._cache.cache_root`."""
+        return cls(cache_root(env))
 
     def kubernetes(self, version: str) -> Path:
         return self.root / "k8s" / version

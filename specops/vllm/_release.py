@@ -8,7 +8,6 @@ method enum check and the dashboards compare specops's constants with what this 
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 import zipfile
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from specops._cache import cache_root
 from specops.errors import SpecopsError
 from specops.vllm._speculative_config import VLLM_VERSION
 
@@ -44,8 +44,7 @@ class ReleaseError(SpecopsError):
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("SPECOPS_CACHE") or str(Path.home() / ".cache" / "specops")
-    return Path(root) / "vllm"
+    return cache_root() / "vllm"
 
 
 def ensure_wheel(version: str = VLLM_VERSION) -> Path:
