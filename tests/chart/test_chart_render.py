@@ -58,6 +58,11 @@ def test_defaults_render_a_namespaced_operator_without_monitoring_objects(render
     assert args[0] == "operator"
     assert f"--namespace={NAMESPACE}" in args
     assert not any(arg.startswith("--peering") for arg in args)
+    # The vLLM pods' sidecar runs from the operator's own image, whatever the repository.
+    assert f"--sidecar-image={_container(objects)['image']}" in args
+    mirrored = _container(render({"image": {"repository": "mirror.local/specops"}}))
+    assert mirrored["image"].startswith("mirror.local/specops:")
+    assert f"--sidecar-image={mirrored['image']}" in mirrored["args"]
 
 
 def test_every_namespaced_object_names_its_namespace(render: Render) -> None:
