@@ -38,6 +38,7 @@ from specops.render import (
     RenderOptions,
     SpeculationInForce,
     apply_defaults,
+    data_parallel_size,
     performance_profile,
     plan,
     selector_labels,
@@ -148,8 +149,10 @@ def _in_force(spec: SpeculativeServiceSpec, config: SpecConfig) -> SpeculationIn
 
 
 def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
+    """status.speculativeConfig whole: a key the new config lacks (a table replaced by one k)
+    goes as null, which the merge patch deletes instead of keeping the old value."""
     chosen = speculative_config_status(spec, _in_force(spec, config), "Controller")
-    return chosen.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return chosen.model_dump(by_alias=True, mode="json")
 
 
 def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
@@ -289,6 +292,7 @@ async def control_tick(
             cost=profile.cost_model(method),
             max_batch=spec.engine.max_num_seqs,
             per_batch_size=spec.speculation.per_batch_size_schedule,
+            data_parallel=data_parallel_size(spec),
         )
         if profile is not None
         else None

@@ -14,6 +14,7 @@ from typing import Any
 
 from specops import __version__
 from specops.api import SpeculativeServiceSpec
+from specops.errors import SpecValidationError
 from specops.profiles import PerformanceProfile, find_profile
 from specops.render._speculation import SpeculationInForce, vllm_speculative_config
 
@@ -24,6 +25,7 @@ __all__ = [
     "SIDECAR_PORT",
     "RenderOptions",
     "child_labels",
+    "data_parallel_size",
     "engine_shutdown_timeout",
     "render_deployment",
     "render_objects",
@@ -173,6 +175,27 @@ def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | No
         model=spec.model,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
     )
+
+
+_DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
+
+
+def data_parallel_size(spec: SpeculativeServiceSpec) -> int:
+    """The data parallelism ``spec.engine.extraArgs`` gives vLLM (1 when none): vLLM ignores a
+    per-batch-size table beyond 1, so the controller must choose one k there."""
+    args = spec.engine.extra_args
+    size = "1"
+    for index, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if flag in _DATA_PARALLEL_FLAGS:
+            size = value if equals else (args[index + 1] if index + 1 < len(args) else "")
+    try:
+        return max(int(size), 1)
+    except ValueError as exc:
+        raise SpecValidationError(
+            f"spec.engine.extraArgs: {size!r} is not a data-parallel size; give an integer "
+            "after --data-parallel-size"
+        ) from exc
 
 
 def _sidecar_container(

@@ -289,3 +289,25 @@ async def test_a_service_counts_from_zero_and_leaves_no_readings_or_series_when_
         assert REGISTRY.get_sample_value("specops_mode", {**labels, "mode": "Advise"}) is None
         assert REGISTRY.get_sample_value("specops_speculative_tokens", labels) is None
         assert REGISTRY.get_sample_value("specops_rollbacks_total", labels) is None
+
+
+async def test_with_data_parallel_engines_the_loop_chooses_one_k(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    """vLLM ignores a per-batch-size table beyond data-parallel 1: the loop must not pick one."""
+    body = _body()
+    body["spec"]["engine"]["extraArgs"] = ["--data-parallel-size", "2"]
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=body) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _decision(kmock) == ("Reconfigure", "GainPaysRestart"), "reconf")
+        config = _status(kmock)["speculativeConfig"]
+        assert config["numSpeculativeTokens"] > 3 and not config.get("schedule")
+        await eventually(
+            lambda: (
+                (_engine_config(kmock) or {}).get("num_speculative_tokens")
+                == config["numSpeculativeTokens"]
+            ),
+            "Deployment re-rendered",
+        )
+        assert "num_speculative_tokens_per_batch_size" not in (_engine_config(kmock) or {})

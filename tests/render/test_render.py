@@ -20,6 +20,7 @@ from specops.render import (
     RenderOptions,
     SpeculationInForce,
     apply_defaults,
+    data_parallel_size,
     plan,
     render_objects,
     speculation_from_spec,
@@ -254,3 +255,26 @@ def test_specops_render_reports_a_bad_spec(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["render", "-f", str(path)])
     assert result.exit_code != 0
     assert "spec.speculation.draftModel is required" in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "size"),
+    [
+        ([], 1),
+        (["--data-parallel-size", "2"], 2),
+        (["--data-parallel-size=4", "--enable-prefix-caching"], 4),
+        (["-dp", "8"], 8),
+        (["-dp=2", "--data-parallel-size=3"], 3),  # vLLM's parser keeps the last
+    ],
+)
+def test_data_parallel_size_comes_from_the_extra_args(extra: list[str], size: int) -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["spec"]["engine"]["extraArgs"] = extra
+    assert data_parallel_size(parse_service(body).spec) == size
+
+
+def test_a_data_parallel_size_that_is_no_integer_names_the_field() -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["spec"]["engine"]["extraArgs"] = ["--data-parallel-size", "two"]
+    with pytest.raises(SpecValidationError, match=r"spec\.engine\.extraArgs: 'two'"):
+        data_parallel_size(parse_service(body).spec)
