@@ -1,6 +1,6 @@
 """The named profiles, and how each number was obtained.
 
-``llama3.1-8b-h100`` is the SpecDecode-Bench fit from ``calibration/README.md``, term for
+``llama3.1-8b-h100`` is the SpecDecode-Bench fit from ``specops/sim/traces/README.md``, term for
 term. Its EAGLE draft term ``8.414e-7 * k`` is read as seconds per drafted token in the
 batch, i.e. ``8.414e-7 * B * k`` (DraftCost.c_tok is charged per B * k): drafting cost
 that did not grow with the batch would make speculation free at any load.

@@ -24,7 +24,7 @@ __all__ = [
 BATCHES: tuple[int, ...] = (1, 8, 32, 64, 128, 256)
 KS: tuple[int, ...] = (1, 3, 5)
 
-# calibration/README.md, by the batch the simulation runs.
+# specops/sim/traces/README.md, by the batch the simulation runs.
 PUBLISHED: dict[int, str] = {
     1: "EAGLE-3 1.81, EAGLE-1 1.40 (batch 2); vLLM docs: k=5",
     8: "EAGLE-3 1.62, EAGLE-1 1.23; vLLM docs: k=5",

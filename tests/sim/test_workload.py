@@ -17,7 +17,7 @@ from specops.sim import (
     replay,
 )
 
-# calibration/README.md: mean tokens per step (bonus included) of the replay rule.
+# specops/sim/traces/README.md: mean tokens per step (bonus included) of the replay rule.
 README_TABLE = {
     ("sharegpt", "network"): (1.647, 2.037, 2.278, 2.436, 2.542, 2.672),
     ("sharegpt", "lookup"): (1.162, 1.240, 1.286, 1.316, 1.338, 1.368),
