@@ -160,9 +160,13 @@ def adjusted_cost_model(
     The prior is the model's line at that k, so moving ``t_fixed`` and ``c_tok`` by the
     fit's change of intercept and slope makes the model reproduce the fitted line there,
     and carries the same correction to every other k.
+
+    The posterior is Gaussian with no sign constraint, so a few points far below the prior
+    (an engine that just started, a busy host) can ask for a negative term; a step cannot
+    take negative time, so each term stops at 0 rather than turn throughput negative.
     """
     return dataclasses.replace(
         model,
-        t_fixed=model.t_fixed + fit.intercept_s - prior.intercept_s,
-        c_tok=model.c_tok + fit.slope_s - prior.slope_s,
+        t_fixed=max(model.t_fixed + fit.intercept_s - prior.intercept_s, 0.0),
+        c_tok=max(model.c_tok + fit.slope_s - prior.slope_s, 0.0),
     )

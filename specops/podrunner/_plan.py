@@ -23,9 +23,11 @@ from specops.podrunner._pods import Pod, PodKey
 __all__ = [
     "EXIT_STOP",
     "Actions",
+    "ProbeState",
     "Running",
     "StopTimes",
     "plan_actions",
+    "probed",
     "readiness_marks",
     "restart_backoff_s",
     "stop_times",
@@ -78,6 +80,24 @@ def stop_times(pre_stop_s: float, grace_s: float) -> StopTimes:
     if pre_stop_s < grace_s:
         return StopTimes(term_after_s=pre_stop_s, kill_after_s=grace_s)
     return StopTimes(term_after_s=grace_s, kill_after_s=grace_s + _HOOK_OVERRUN_S)
+
+
+@dataclass(frozen=True)
+class ProbeState:
+    """A container's readiness as the kubelet keeps it: Ready after a success, and not Ready
+    again only after ``failureThreshold`` failures in a row, so one slow answer on a busy
+    node does not take the pod out of its Service."""
+
+    ready: bool = False
+    failures: int = 0
+
+
+def probed(state: ProbeState, ok: bool, failure_threshold: int) -> ProbeState:
+    """The state after one probe."""
+    if ok:
+        return ProbeState(ready=True)
+    failures = state.failures + 1
+    return ProbeState(ready=state.ready and failures < failure_threshold, failures=failures)
 
 
 def wanted_pods(pods: Iterable[Pod], nodes: Collection[str]) -> dict[PodKey, Pod]:

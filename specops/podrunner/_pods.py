@@ -65,6 +65,13 @@ class _Lifecycle(_Model):
     pre_stop: _Handler | None = Field(default=None, alias="preStop")
 
 
+class ReadinessProbe(_Model):
+    """The readiness probe's timing, with the kubelet's defaults."""
+
+    timeout_s: int = Field(default=1, ge=1, alias="timeoutSeconds")
+    failure_threshold: int = Field(default=3, ge=1, alias="failureThreshold")
+
+
 class Container(_Model):
     name: str
     image: str = ""
@@ -72,6 +79,7 @@ class Container(_Model):
     args: tuple[str, ...] = ()
     env: tuple[EnvVar, ...] = ()
     lifecycle: _Lifecycle | None = None
+    readiness_probe: ReadinessProbe = Field(default_factory=ReadinessProbe, alias="readinessProbe")
 
     @property
     def pre_stop_sleep_s(self) -> float:

@@ -51,9 +51,11 @@ from specops.cluster._process import free_ports
 from specops.podrunner._errors import PodRunnerError
 from specops.podrunner._plan import (
     EXIT_STOP,
+    ProbeState,
     Running,
     StopTimes,
     plan_actions,
+    probed,
     readiness_marks,
     stop_times,
     wanted_pods,
@@ -77,7 +79,6 @@ _log = logging.getLogger("specops.podrunner")
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _EXIT_POLL_S = 0.1
-_PROBE_TIMEOUT_S = 1.0
 _PROMETHEUS_START_S = 60.0
 
 
@@ -178,7 +179,12 @@ class _PodProcesses:
     children: dict[str, subprocess.Popen[bytes]]
     restarts: int = 0
     exited_at: float | None = None
-    ready: bool = False
+    probes: dict[str, ProbeState] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        """Every container's readiness probe says Ready."""
+        return all(self.probes.get(p.container, ProbeState()).ready for p in self.launch.processes)
 
     def running(self) -> Running:
         alive = all(child.poll() is None for child in self.children.values())
@@ -371,7 +377,7 @@ class PodRunner:
         dead = [p for p in held.launch.processes if held.children[p.container].poll() is not None]
         held.restarts += 1
         held.exited_at = None
-        held.ready = False
+        held.probes.clear()
         _log.info("%s: restart %d of %s", key, held.restarts, ", ".join(p.container for p in dead))
         try:
             held.children = {**held.children, **self._spawn_all(key, dead)}
@@ -385,15 +391,18 @@ class PodRunner:
             try:
                 async with session.get(
                     process.url + process.health_path,
-                    timeout=aiohttp.ClientTimeout(total=_PROBE_TIMEOUT_S),
+                    timeout=aiohttp.ClientTimeout(total=process.probe.timeout_s),
                 ) as response:
                     return response.status == 200
             except (aiohttp.ClientError, TimeoutError):
                 return False
 
         async def probe(held: _PodProcesses) -> None:
-            results = await asyncio.gather(*(healthy(p) for p in held.launch.processes))
-            held.ready = all(results)
+            processes = held.launch.processes
+            results = await asyncio.gather(*(healthy(p) for p in processes))
+            for process, ok in zip(processes, results, strict=True):
+                before = held.probes.get(process.container, ProbeState())
+                held.probes[process.container] = probed(before, ok, process.probe.failure_threshold)
 
         await asyncio.gather(*(probe(held) for held in self._pods.values()))
 

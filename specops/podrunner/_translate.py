@@ -12,11 +12,18 @@ the runner's options, overridden per pod by annotations.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from specops.podrunner._errors import PodRunnerError
-from specops.podrunner._pods import Container, Pod, PodKey, container_env, expand
+from specops.podrunner._pods import (
+    Container,
+    Pod,
+    PodKey,
+    ReadinessProbe,
+    container_env,
+    expand,
+)
 
 __all__ = [
     "PROFILE_ANNOTATION",
@@ -94,6 +101,7 @@ class ProcessSpec:
     port: int
     health_path: str
     pre_stop_s: float = 0.0
+    probe: ReadinessProbe = field(default_factory=ReadinessProbe)
 
     @property
     def url(self) -> str:
@@ -202,6 +210,7 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
         port=ports.engine,
         health_path="/health",
         pre_stop_s=engine_container.pre_stop_sleep_s,
+        probe=engine_container.readiness_probe,
     )
     sidecar = None
     found_sidecar = _one(pod, "sidecar", required=False)
@@ -220,6 +229,7 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
             port=ports.sidecar,
             health_path="/healthz",
             pre_stop_s=container.pre_stop_sleep_s,
+            probe=container.readiness_probe,
         )
     return PodLaunch(
         key=pod.key,

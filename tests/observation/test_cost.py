@@ -111,3 +111,20 @@ def test_prior_is_the_model_line_at_k_and_the_adjusted_model_reproduces_the_fit(
         assert adjusted.step_time(shape) == pytest.approx(
             fit.seconds(shape.batched_tokens), rel=1e-3
         )
+
+
+def test_a_fit_far_below_the_prior_leaves_no_negative_term() -> None:
+    """A few fast steps (an engine just started) must not make a step take negative time,
+    which would turn every predicted throughput negative."""
+    model = StepCostModel(
+        t_fixed=0.006, c_tok=2e-5, c_kv=4e-8, t_overhead=0.001,
+        draft=DraftCost(t_fixed=0.0005, c_tok=8e-7),
+    )  # fmt: skip
+    prior = prior_from_model(model, 3, 1500.0)
+    fast = [CostPoint(batched_tokens=n, step_seconds=1e-4, steps=500) for n in (4, 8, 2000)]
+    fit = fit_step_time(fast, prior)
+    assert fit.intercept_s - prior.intercept_s < -model.t_fixed  # the fit asks for < 0
+    adjusted = adjusted_cost_model(model, prior, fit)
+    assert adjusted.t_fixed >= 0.0 and adjusted.c_tok >= 0.0
+    for batch in (1, 64, 256):
+        assert adjusted.step_time(StepShape(batch, 3, batch * 1500)) > 0.0

@@ -11,9 +11,11 @@ from specops.podrunner import (
     SERVICE_LABEL,
     Actions,
     PodKey,
+    ProbeState,
     Running,
     parse_pod,
     plan_actions,
+    probed,
     readiness_marks,
     restart_backoff_s,
     stop_times,
@@ -130,3 +132,15 @@ def test_a_stopping_container_is_signalled_on_the_kubelets_schedule(
 ) -> None:
     times = stop_times(pre_stop_s, grace_s)
     assert (times.term_after_s, times.kill_after_s) == (term_after_s, kill_after_s)
+
+
+def test_readiness_needs_a_success_and_is_lost_only_after_failures_in_a_row() -> None:
+    state = ProbeState()
+    assert not probed(state, ok=False, failure_threshold=3).ready  # never ready yet
+    state = probed(state, ok=True, failure_threshold=3)
+    assert state.ready
+    for _ in range(2):  # one slow answer, then another: still Ready
+        state = probed(state, ok=False, failure_threshold=3)
+        assert state.ready
+    assert probed(probed(state, ok=True, failure_threshold=3), False, 3).ready  # count restarts
+    assert not probed(state, ok=False, failure_threshold=3).ready  # the third in a row

@@ -69,6 +69,20 @@ def test_without_a_grace_period_or_sleep_hook_kubernetes_defaults_apply() -> Non
     assert (launch.grace_s, launch.engine.pre_stop_s) == (30.0, 0.0)
 
 
+def test_readiness_probe_timing_comes_from_the_pod_with_kubelet_defaults() -> None:
+    pod = pod_of(llama_deployment())
+    engine, sidecar = pod["spec"]["containers"]
+    probe = engine["readinessProbe"]
+    del sidecar["readinessProbe"]
+    launch = _launch(pod)
+    assert launch.sidecar is not None
+    assert (launch.engine.probe.timeout_s, launch.engine.probe.failure_threshold) == (
+        probe["timeoutSeconds"],
+        probe["failureThreshold"],
+    )
+    assert (launch.sidecar.probe.timeout_s, launch.sidecar.probe.failure_threshold) == (1, 3)
+
+
 def test_sidecar_keeps_its_args_with_the_engine_url_and_port_moved() -> None:
     launch = _launch(pod_of(llama_deployment("team-a"), "llama-x-1"))
     assert launch.sidecar is not None
