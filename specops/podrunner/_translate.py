@@ -24,6 +24,7 @@ from specops.podrunner._pods import (
     container_env,
     expand,
 )
+from specops.vllm import flag_value
 
 __all__ = [
     "PROFILE_ANNOTATION",
@@ -135,17 +136,6 @@ def _strip_prefix(
     return None
 
 
-def _flag_value(tokens: Sequence[str], flag: str) -> str | None:
-    """The last value given for ``flag`` (as ``--flag v`` or ``--flag=v``), as argparse keeps."""
-    value: str | None = None
-    for i, token in enumerate(tokens):
-        if token == flag and i + 1 < len(tokens):
-            value = tokens[i + 1]
-        elif token.startswith(f"{flag}="):
-            value = token.partition("=")[2]
-    return value
-
-
 def _without(tokens: Sequence[str], flags: frozenset[str]) -> tuple[str, ...]:
     """``tokens`` with every ``--flag value`` and ``--flag=value`` of ``flags`` removed."""
     kept: list[str] = []
@@ -237,6 +227,6 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
         node=pod.spec.node_name,
         engine=engine,
         sidecar=sidecar,
-        speculative_config=_flag_value(engine_args, "--speculative-config"),
+        speculative_config=flag_value(engine_args, "--speculative-config"),
         grace_s=float(pod.spec.termination_grace_period_seconds),
     )

@@ -17,6 +17,7 @@ from specops.api import SpeculativeServiceSpec
 from specops.errors import SpecValidationError
 from specops.profiles import PerformanceProfile, find_profile
 from specops.render._speculation import SpeculationInForce, vllm_speculative_config
+from specops.vllm import flag_value
 
 __all__ = [
     "ENGINE_PORT",
@@ -183,12 +184,9 @@ _DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 def data_parallel_size(spec: SpeculativeServiceSpec) -> int:
     """The data parallelism ``spec.engine.extraArgs`` gives vLLM (1 when none): vLLM ignores a
     per-batch-size table beyond 1, so the controller must choose one k there."""
-    args = spec.engine.extra_args
-    size = "1"
-    for index, arg in enumerate(args):
-        flag, equals, value = arg.partition("=")
-        if flag in _DATA_PARALLEL_FLAGS:
-            size = value if equals else (args[index + 1] if index + 1 < len(args) else "")
+    size = flag_value(spec.engine.extra_args, *_DATA_PARALLEL_FLAGS)
+    if size is None:
+        return 1
     try:
         return max(int(size), 1)
     except ValueError as exc:

@@ -1,5 +1,6 @@
 """Facts about the pinned vLLM release that specops must match exactly."""
 
+from specops.vllm._args import flag_value
 from specops.vllm._metrics import (
     ENGINE_LABELS,
     ENGINE_METRICS,
@@ -50,6 +51,7 @@ __all__ = [
     "VllmMethod",
     "bucket_bounds",
     "ensure_wheel",
+    "flag_value",
     "release_bucket_families",
     "release_finish_reasons",
     "release_metrics",

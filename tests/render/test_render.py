@@ -273,8 +273,13 @@ def test_data_parallel_size_comes_from_the_extra_args(extra: list[str], size: in
     assert data_parallel_size(parse_service(body).spec) == size
 
 
-def test_a_data_parallel_size_that_is_no_integer_names_the_field() -> None:
+@pytest.mark.parametrize(
+    ("extra", "given"), [(["--data-parallel-size", "two"], "'two'"), (["-dp"], "''")]
+)
+def test_a_data_parallel_size_that_is_no_integer_names_the_field(
+    extra: list[str], given: str
+) -> None:
     body = yaml.safe_load(EXAMPLE.read_text())
-    body["spec"]["engine"]["extraArgs"] = ["--data-parallel-size", "two"]
-    with pytest.raises(SpecValidationError, match=r"spec\.engine\.extraArgs: 'two'"):
+    body["spec"]["engine"]["extraArgs"] = extra
+    with pytest.raises(SpecValidationError, match=rf"spec\.engine\.extraArgs: {given}"):
         data_parallel_size(parse_service(body).spec)
