@@ -22,7 +22,7 @@ from specops_operator._metrics import (
     forget_service,
     start_service,
 )
-from specops_operator._reconcile import reconcile
+from specops_operator._reconcile import forget_turn, reconcile
 
 __all__ = ["RECHECK_SECONDS"]
 
@@ -119,3 +119,4 @@ async def control_loop(
     finally:  # deleted, or no longer ours: keep neither its readings nor its series
         options.source.forget(namespace, name)
         forget_service(namespace, name)
+        forget_turn(namespace, name)

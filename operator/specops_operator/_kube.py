@@ -34,6 +34,9 @@ _MERGE_PATCH = "application/merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is valid YAML
 # The field manager that owns what the operator applies to its children.
 FIELD_MANAGER = "specops"
+# Seconds to connect and to read one answer: a hung connection fails the reconciliation (kopf
+# retries it) instead of holding the service's turn and an executor thread for ever.
+REQUEST_TIMEOUT = (5.0, 30.0)
 
 
 class KubeApiError(SpecopsError):
@@ -92,7 +95,9 @@ class Kube:
                 body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self._api.call_api(method, url, header_params=headers, body=payload)
+            response = self._api.call_api(
+                method, url, header_params=headers, body=payload, _request_timeout=REQUEST_TIMEOUT
+            )
             data = response.read()  # type: ignore[no-untyped-call]
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise KubeApiError(f"{method} {path}: {exc}") from exc

@@ -1,7 +1,11 @@
 """One level-based reconciliation: read the world, write only what differs, report.
 
 The same function runs for every trigger (create, update, resume, timer, a change of an
-owned Deployment): it never knows which event fired. Children are written by server-side
+owned Deployment, the control loop's new choice): it never knows which event fired. Triggers
+fire together (creating the Deployment wakes the handler of owned Deployments while the
+first reconciliation is still applying the Service), so reconciliations of one
+SpeculativeService take turns: the later one reads what the earlier wrote, and each child is
+created, and announced, once. Children are written by server-side
 apply, so the fields the operator renders are exactly the spec's (a field it stops rendering
 is removed) while fields other managers own (a restart annotation, an HPA) are left alone.
 """
@@ -9,6 +13,7 @@ is removed) while fields other managers own (a restart annotation, an HPA) are l
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -22,10 +27,12 @@ from specops_operator._kube import Kube
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._status import desired_status
 
-__all__ = ["ChildWrite", "Outcome", "covers", "reconcile"]
+__all__ = ["ChildWrite", "Outcome", "covers", "forget_turn", "reconcile"]
 
 Obj = dict[str, Any]
 PODMONITOR_GROUP = "monitoring.coreos.com"
+_TURNS: dict[tuple[str, str], threading.Lock] = {}
+_TURNS_GUARD = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,31 @@ def reconcile(
 ) -> Outcome:
     """Bring the children of one SpeculativeService to their rendered state; patch its status."""
     service: SpeculativeService = parse_service(body)
+    with _turn(service.metadata.namespace, service.metadata.name):
+        return _reconcile(kube, service, body, options, post_event, now)
+
+
+def _turn(namespace: str, name: str) -> threading.Lock:
+    """The lock that one service's reconciliations take in turn (threads of kopf's executor)."""
+    with _TURNS_GUARD:
+        return _TURNS.setdefault((namespace, name), threading.Lock())
+
+
+def forget_turn(namespace: str, name: str) -> None:
+    """A deleted service needs no lock; one made again later starts free."""
+    with _TURNS_GUARD:
+        _TURNS.pop((namespace, name), None)
+
+
+def _reconcile(
+    kube: Kube,
+    service: SpeculativeService,
+    body: Mapping[str, Any],
+    options: RenderOptions,
+    post_event: Callable[[str, str], None],
+    now: datetime | None,
+) -> Outcome:
+    """One reconciliation, run while holding the service's turn."""
     wanted = plan(service, replace(options, pod_monitor=kube.has_api_group(PODMONITOR_GROUP)))
     children = copy.deepcopy(list(wanted.objects))
     kopf.adopt(children, owner=cast(kopf.Body, dict(body)))

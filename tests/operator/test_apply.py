@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -10,7 +12,7 @@ from typing import Any, cast
 import pytest
 import yaml
 from specops_operator import Kube
-from specops_operator._reconcile import _apply
+from specops_operator._reconcile import _apply, reconcile
 
 from specops.api import parse_service
 from specops.render import HASH_ANNOTATION, RenderOptions, plan
@@ -135,3 +137,62 @@ def test_what_the_deployment_controller_wrote_meanwhile_is_no_change(desired: Ob
         return moved
 
     assert _run(_Server(shared, status_moved), desired) is None
+
+
+class _Cluster:
+    """Holds every child; a read's answer takes a while to arrive, as over the network, so two
+    callers overlap."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], Obj] = {}
+        self.applies: list[str] = []
+        self.guard = threading.Lock()
+
+    @staticmethod
+    def _key(obj: Obj) -> tuple[str, str]:
+        return obj["kind"], obj["metadata"]["name"]
+
+    def get(self, obj: Obj) -> Obj | None:
+        with self.guard:
+            seen = copy.deepcopy(self.objects.get(self._key(obj)))
+        time.sleep(0.1)
+        return seen
+
+    def apply(self, obj: Obj) -> Obj:
+        with self.guard:
+            self.applies.append(obj["kind"])
+            version = str(len(self.applies))
+            self.objects[self._key(obj)] = _stored(obj, version) if "spec" in obj else obj
+            return copy.deepcopy(self.objects[self._key(obj)])
+
+    def has_api_group(self, group: str) -> bool:
+        return False
+
+    def patch_status(self, service: Obj, status: Obj) -> Obj:
+        return service
+
+
+def test_reconciliations_of_one_service_take_turns() -> None:
+    """Two triggers at once (the create handler, and the Deployment it made waking the handler
+    of owned Deployments) create and announce each child once."""
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"].update(namespace="ml", uid="uid-llama-1")
+    cluster = _Cluster()
+    events: list[str] = []
+    together = threading.Barrier(2)
+
+    def run() -> None:
+        together.wait()
+        reconcile(cast(Kube, cluster), body, RenderOptions(), lambda r, m: events.append(m))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(cluster.applies) == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert sorted(events) == [
+        "Deployment llama created",
+        "PodDisruptionBudget llama-pdb created",
+        "Service llama created",
+    ]

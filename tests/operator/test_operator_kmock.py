@@ -163,7 +163,11 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         lambda: (live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["replicas"] == 2,
         "drift reverted",
     )
-    assert REGISTRY.get_sample_value(CHILD_WRITES, reverted) == reverts_before + 1
+    # The counter moves once the apply has returned, a moment after the object changed.
+    await eventually(
+        lambda: REGISTRY.get_sample_value(CHILD_WRITES, reverted) == reverts_before + 1,
+        "the revert counted",
+    )
     after = [(r.url.path, r.headers["Content-Type"]) for r in _write_requests(kmock)[settled:]]
     assert after == [
         (f"{DEPLOY_PATH}/llama", "application/merge-patch+json"),  # the edit by hand
