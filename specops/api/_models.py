@@ -122,6 +122,13 @@ class SecretKeyRef(CrdModel):
     """Key within the Secret whose value is used."""
 
 
+class LocalSecretReference(CrdModel):
+    """A Secret of the SpeculativeService's namespace, named as Kubernetes names one."""
+
+    name: DnsName
+    """Name of the Secret."""
+
+
 class EnvVar(CrdModel):
     """An environment variable of the vLLM container."""
 
@@ -284,6 +291,9 @@ class EngineSpec(CrdModel):
     """Model weight cache volume."""
     hf_token_secret: SecretKeyRef | None = None
     """Secret with a Hugging Face token, exposed to vLLM as HF_TOKEN."""
+    image_pull_secrets: list[LocalSecretReference] = Field(default=[], max_length=16)
+    """Secrets of type kubernetes.io/dockerconfigjson for pulling the vLLM and sidecar images
+    from a private registry or mirror."""
     shm_size: Quantity = "8Gi"
     """Size of the /dev/shm memory emptyDir (NCCL and tensor parallelism use it)."""
     termination_grace_period_seconds: int = Field(default=120, ge=15, le=3600)

@@ -286,6 +286,8 @@ def render_deployment(
         pod_spec["tolerations"] = [
             t.model_dump(by_alias=True, exclude_none=True) for t in spec.engine.tolerations
         ]
+    if spec.engine.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.engine.image_pull_secrets]
     return _with_hash(
         {
             "apiVersion": "apps/v1",

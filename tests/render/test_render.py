@@ -112,6 +112,24 @@ def test_a_stopping_pod_drains_within_its_grace_period(grace: int | None, drain:
     assert "lifecycle" not in sidecar
 
 
+def test_placement_and_pull_secrets_reach_the_pods() -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["engine"].update(
+        nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        imagePullSecrets=[{"name": "mirror"}, {"name": "ngc"}],
+    )
+    (deployment, *_) = _render(spec)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"] == spec["engine"]["tolerations"]
+    assert pod["imagePullSecrets"] == [{"name": "mirror"}, {"name": "ngc"}]
+    (plain, *_) = _render(SPEC)
+    assert not {"nodeSelector", "tolerations", "imagePullSecrets"} & plain["spec"]["template"][
+        "spec"
+    ].keys()
+
+
 def test_mode_off_drops_the_speculative_config() -> None:
     spec = copy.deepcopy(SPEC)
     spec["speculation"]["mode"] = "Off"
