@@ -125,9 +125,10 @@ def test_placement_and_pull_secrets_reach_the_pods() -> None:
     assert pod["tolerations"] == spec["engine"]["tolerations"]
     assert pod["imagePullSecrets"] == [{"name": "mirror"}, {"name": "ngc"}]
     (plain, *_) = _render(SPEC)
-    assert not {"nodeSelector", "tolerations", "imagePullSecrets"} & plain["spec"]["template"][
-        "spec"
-    ].keys()
+    assert (
+        not {"nodeSelector", "tolerations", "imagePullSecrets"}
+        & plain["spec"]["template"]["spec"].keys()
+    )
 
 
 def test_mode_off_drops_the_speculative_config() -> None:
