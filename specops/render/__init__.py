@@ -8,7 +8,6 @@ from specops.render._objects import (
     SIDECAR_PORT,
     RenderOptions,
     child_labels,
-    data_parallel_size,
     engine_shutdown_timeout,
     performance_profile,
     render_deployment,
@@ -22,6 +21,7 @@ from specops.render._plan import Plan, plan
 from specops.render._speculation import (
     SpeculationInForce,
     controller_choice_applies,
+    data_parallel_size,
     speculation_from_spec,
     speculation_in_force,
     speculation_spec_hash,

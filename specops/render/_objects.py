@@ -14,10 +14,8 @@ from typing import Any
 
 from specops import __version__
 from specops.api import SpeculativeServiceSpec
-from specops.errors import SpecValidationError
 from specops.profiles import PerformanceProfile, find_profile
 from specops.render._speculation import SpeculationInForce, vllm_speculative_config
-from specops.vllm import flag_value
 
 __all__ = [
     "ENGINE_PORT",
@@ -26,7 +24,6 @@ __all__ = [
     "SIDECAR_PORT",
     "RenderOptions",
     "child_labels",
-    "data_parallel_size",
     "engine_shutdown_timeout",
     "render_deployment",
     "render_objects",
@@ -176,24 +173,6 @@ def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | No
         model=spec.model,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
     )
-
-
-_DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
-
-
-def data_parallel_size(spec: SpeculativeServiceSpec) -> int:
-    """The data parallelism ``spec.engine.extraArgs`` gives vLLM (1 when none): vLLM ignores a
-    per-batch-size table beyond 1, so the controller must choose one k there."""
-    size = flag_value(spec.engine.extra_args, *_DATA_PARALLEL_FLAGS)
-    if size is None:
-        return 1
-    try:
-        return max(int(size), 1)
-    except ValueError as exc:
-        raise SpecValidationError(
-            f"spec.engine.extraArgs: {size!r} is not a data-parallel size; give an integer "
-            "after --data-parallel-size"
-        ) from exc
 
 
 def _sidecar_container(

@@ -15,11 +15,12 @@ from typing import Literal
 
 from specops.api import BatchSizeRange, SpeculativeConfigStatus, SpeculativeServiceSpec
 from specops.errors import SpecValidationError
-from specops.vllm import BatchSizeSchedule, SpeculativeConfig
+from specops.vllm import BatchSizeSchedule, SpeculativeConfig, flag_value
 
 __all__ = [
     "SpeculationInForce",
     "controller_choice_applies",
+    "data_parallel_size",
     "speculation_from_spec",
     "speculation_in_force",
     "speculation_spec_hash",
@@ -58,8 +59,30 @@ def speculation_spec_hash(spec: SpeculativeServiceSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+_DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
+
+
+def data_parallel_size(spec: SpeculativeServiceSpec) -> int:
+    """The data parallelism ``spec.engine.extraArgs`` gives vLLM (1 when none): vLLM ignores a
+    per-batch-size table beyond 1, so the controller must choose one k there."""
+    size = flag_value(spec.engine.extra_args, *_DATA_PARALLEL_FLAGS)
+    if size is None:
+        return 1
+    try:
+        return max(int(size), 1)
+    except ValueError as exc:
+        raise SpecValidationError(
+            f"spec.engine.extraArgs: {size!r} is not a data-parallel size; give an integer "
+            "after --data-parallel-size"
+        ) from exc
+
+
 def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpeculationInForce:
-    """The starting point: Off, or k = initial, with the initial schedule when enabled."""
+    """The starting point: Off, or k = initial, with the initial schedule when enabled.
+
+    Beyond data-parallel 1 vLLM ignores the table and drafts its largest k at every batch
+    size, so the table is not rendered there and k is that largest k, as vLLM would run it.
+    """
     speculation = spec.speculation
     if speculation.mode == "Off":
         return SpeculationInForce.off()
@@ -67,7 +90,7 @@ def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpeculationInForce:
     schedule: BatchSizeSchedule | None = None
     if speculation.per_batch_size_schedule and speculation.initial_schedule:
         k = max(r.num_speculative_tokens for r in speculation.initial_schedule)
-    if speculation.per_batch_size_schedule:
+    if speculation.per_batch_size_schedule and data_parallel_size(spec) == 1:
         ranges = speculation.initial_schedule or [
             BatchSizeRange(
                 min_batch_size=1, max_batch_size=spec.engine.max_num_seqs, num_speculative_tokens=k

@@ -292,6 +292,26 @@ def test_data_parallel_size_comes_from_the_extra_args(extra: list[str], size: in
     assert data_parallel_size(parse_service(body).spec) == size
 
 
+@pytest.mark.parametrize(("extra", "table"), [([], True), (["--data-parallel-size", "2"], False)])
+def test_beyond_data_parallel_1_the_day_zero_render_is_one_k(extra: list[str], table: bool) -> None:
+    """vLLM drops the table there and drafts its num_speculative_tokens at every batch size."""
+    spec = copy.deepcopy(SPEC)
+    spec["engine"]["extraArgs"] = extra
+    spec["speculation"].update(
+        perBatchSizeSchedule=True,
+        initialSchedule=[
+            {"minBatchSize": 1, "maxBatchSize": 16, "numSpeculativeTokens": 4},
+            {"minBatchSize": 17, "maxBatchSize": 256, "numSpeculativeTokens": 1},
+        ],
+    )
+    args = _args(_render(spec))
+    config = SpeculativeConfig.from_json(args[args.index("--speculative-config") + 1])
+    assert config.num_speculative_tokens == 4
+    assert config.num_speculative_tokens_per_batch_size == (
+        ((1, 16, 4), (17, 256, 1)) if table else None
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "given"), [(["--data-parallel-size", "two"], "'two'"), (["-dp"], "''")]
 )
