@@ -136,7 +136,9 @@ class PrometheusServiceSource:
     """Polls Prometheus once per tick for each service and keeps its readings in between.
 
     One reader per service: a change of its URL, window or scrape interval replaces it (its
-    readings were taken for the old settings), and :meth:`forget` drops it."""
+    readings were taken for the old settings), and :meth:`forget` drops it. A new reader
+    starts with the scrapes of the last window that Prometheus kept, so an operator that
+    restarted or took over decides on a full window at its first tick."""
 
     def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
         self._client = client
@@ -156,6 +158,7 @@ class PrometheusServiceSource:
             {"namespace": namespace, "service": name},
             self._client,
             lookback_s=max(4 * scrape, 60),
+            history_s=window,
         )
         config = ObserverConfig(
             namespace=namespace,

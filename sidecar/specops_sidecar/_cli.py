@@ -160,7 +160,13 @@ def sidecar(
         if not prometheus_url:
             raise click.UsageError("the Prometheus source needs --prometheus-url")
         lookback = max(4 * scrape_interval, 60.0)
-        connect = functools.partial(PrometheusSource, prometheus_url, matchers, lookback_s=lookback)
+        connect = functools.partial(
+            PrometheusSource,
+            prometheus_url,
+            matchers,
+            lookback_s=lookback,
+            history_s=max(config.windows_s),
+        )
     else:
         connect = functools.partial(DirectSource, engine_url)
 

@@ -114,7 +114,7 @@ class Sidecar:
         """Read once, keep what is new, recompute the observation."""
         started = time.perf_counter()
         try:
-            reading = await self._source.read()
+            readings = await self._source.read()
         except MetricsError as exc:
             self._failed += 1
             self._error = str(exc)
@@ -124,7 +124,7 @@ class Sidecar:
             self._error = ""
             self._last_success = self._clock()
             self._problems.succeeded()
-            if reading is not None:
+            for reading in readings:
                 self._keep(snapshot_from_reading(reading))
         self._last_read_s = time.perf_counter() - started
         self._observation = self._observe(self._clock())

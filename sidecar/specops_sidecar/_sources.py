@@ -1,7 +1,8 @@
 """Where readings come from: the engine's own ``/metrics``, or Prometheus's HTTP API.
 
-A source is anything with ``kind``, ``target`` and an async ``read()`` returning a
-:class:`~specops.observation.Reading` (or None when there is nothing new). Both read
+A source is anything with ``kind``, ``target`` and an async ``read()`` returning the
+:class:`~specops.observation.Reading` objects taken since the last call, oldest first (none
+when there is nothing new; many when Prometheus kept scrapes this source has not seen). Both read
 through an :data:`HttpClient`: the sidecar passes an ``aiohttp.ClientSession``, since its
 server already loads aiohttp and httpx would add its own import tree (and an SSL context)
 to every pod; the operator, which uses httpx anyway, passes an ``httpx.AsyncClient``, and
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 import aiohttp
@@ -47,7 +48,7 @@ class MetricsSource(Protocol):
     @property
     def target(self) -> str: ...
 
-    async def read(self) -> Reading | None: ...
+    async def read(self) -> Sequence[Reading]: ...
 
 
 async def _get(
@@ -95,19 +96,21 @@ class DirectSource:
     def target(self) -> str:
         return self._url
 
-    async def read(self) -> Reading:
+    async def read(self) -> Sequence[Reading]:
         status, text = await _get(self._client, self._url)
         if status != 200:
             raise MetricsError(f"engine answered HTTP {status}: {text[:200]!r}")
-        return parse_exposition(text, self._clock())
+        return [parse_exposition(text, self._clock())]
 
 
 class PrometheusSource:
-    """Asks Prometheus for the newest scrape of the pod's vLLM series.
+    """Asks Prometheus for the scrapes of the pod's vLLM series that are new since last time.
 
     The query is a range selector (``<selector>[lookback]``) so that each sample keeps
     its scrape timestamp: consecutive readings then measure exactly the time between
-    Prometheus's scrapes, and a reading whose timestamp has not moved is no new data.
+    Prometheus's scrapes, and a scrape already read is no new data. The first query looks
+    back ``history_s`` instead, so a reader started late (an operator that restarted or
+    took over) gets the scrapes of a whole window at once rather than waiting one out.
     """
 
     kind: Literal["prometheus"] = "prometheus"
@@ -118,28 +121,34 @@ class PrometheusSource:
         matchers: Mapping[str, str],
         client: HttpClient,
         lookback_s: float = 60.0,
+        history_s: float = 0.0,
     ) -> None:
         self._url = prometheus_url.rstrip("/") + "/api/v1/query"
-        self._query = f"{prometheus_selector(matchers)}[{int(lookback_s)}s]"
+        self._selector = prometheus_selector(matchers)
+        self._lookback_s = int(lookback_s)
+        self._history_s = max(int(history_s), self._lookback_s)
         self._client = client
         self._last: float | None = None
 
+    def _query(self, lookback_s: int) -> str:
+        return f"{self._selector}[{lookback_s}s]"
+
     @property
     def target(self) -> str:
-        return f"{self._url}?query={self._query}"
+        return f"{self._url}?query={self._query(self._lookback_s)}"
 
-    async def read(self) -> Reading | None:
-        status, text = await _get(self._client, self._url, {"query": self._query})
+    async def read(self) -> Sequence[Reading]:
+        query = self._query(self._history_s if self._last is None else self._lookback_s)
+        status, text = await _get(self._client, self._url, {"query": query})
         try:
             payload = json.loads(text)
         except ValueError as exc:
             raise MetricsError(f"Prometheus answered HTTP {status} without JSON: {exc}") from exc
-        reading = parse_prometheus_matrix(payload)
-        if reading is None:
+        readings = parse_prometheus_matrix(payload, after=self._last, stale_s=self._lookback_s)
+        if readings is None:
             raise MetricsError(
-                f"no series in Prometheus: nothing matches {self._query} (pod not scraped?)"
+                f"no series in Prometheus: nothing matches {query} (pod not scraped?)"
             )
-        if self._last is not None and reading.timestamp <= self._last:
-            return None
-        self._last = reading.timestamp
-        return reading
+        if readings:
+            self._last = readings[-1].timestamp
+        return readings

@@ -7,6 +7,7 @@ and both give the same estimates on the same data.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,14 +87,20 @@ def _target(labels: Mapping[str, str]) -> tuple[str, str]:
     return labels.get("job", ""), labels.get("instance", "")
 
 
-def parse_prometheus_matrix(payload: Any) -> Reading | None:
-    """Turn the answer to ``<selector>[lookback]`` into the newest scrape of each target.
+def parse_prometheus_matrix(
+    payload: Any, after: float | None = None, stale_s: float | None = None
+) -> list[Reading] | None:
+    """Turn the answer to ``<selector>[lookback]`` into one reading per scrape, oldest first.
 
-    Prometheus stamps every sample of one scrape with the scrape's time, so the newest
-    timestamp of a target marks its latest scrape; series without a sample at that time
-    have vanished from the target and are left out. Returns None when no series had a
-    sample within the lookback (a dead or absent target). Raises :class:`MetricsError`
-    for an error answer or one that is not a matrix.
+    Prometheus stamps every sample of one scrape with the scrape's time. The reading at a
+    time ``t`` (every scrape time of any target later than ``after``) holds each target's
+    latest scrape up to ``t``, as an instant query at ``t`` would see it: a target last
+    scraped over ``stale_s`` before ``t`` is gone, and series without a sample at their
+    target's scrape have vanished from it. A lookback as long as a window thus fills the
+    window at once (after a restart), and a later call returns only what is new. Returns
+    None when no series had a sample within the lookback (a dead or absent target), and an
+    empty list when nothing is newer than ``after``. Raises :class:`MetricsError` for an
+    error answer or one that is not a matrix.
     """
     if not isinstance(payload, dict):
         raise MetricsError("Prometheus answer is not a JSON object")
@@ -105,25 +112,44 @@ def parse_prometheus_matrix(payload: Any) -> Reading | None:
     data = payload.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise MetricsError("Prometheus answer has no matrix under data.result; query a range")
-    newest_by_target: dict[tuple[str, str], float] = {}
-    latest: list[tuple[str, dict[str, str], float, float]] = []
+    by_target: dict[tuple[str, str], list[_Samples]] = {}
     try:
         for result in data["result"]:
             labels: dict[str, str] = dict(result["metric"])
-            if not result["values"]:
-                continue
-            stamp, text = result["values"][-1]
-            when, value = float(stamp), float(text)
-            latest.append((labels.pop("__name__", ""), labels, when, value))
-            target = _target(labels)
-            newest_by_target[target] = max(newest_by_target.get(target, when), when)
+            if result["values"]:
+                name = labels.pop("__name__", "")
+                values = {float(stamp): float(text) for stamp, text in result["values"]}
+                by_target.setdefault(_target(labels), []).append(_Samples(name, labels, values))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise MetricsError(f"Prometheus matrix is malformed: {exc!r}") from exc
-    if not latest:
+    if not by_target:
         return None
-    series = [
-        Series(name, labels, value)
-        for name, labels, when, value in latest
-        if when == newest_by_target[_target(labels)]
-    ]
-    return Reading(timestamp=max(newest_by_target.values()), series=series)
+    scrapes = {
+        target: sorted({t for member in members for t in member.values})
+        for target, members in by_target.items()
+    }
+    times = sorted({t for stamps in scrapes.values() for t in stamps})
+    readings = []
+    for when in times:
+        if after is not None and when <= after:
+            continue
+        series: list[Series] = []
+        for target, members in by_target.items():
+            stamps = scrapes[target]
+            latest = stamps[bisect.bisect_right(stamps, when) - 1] if stamps[0] <= when else None
+            if latest is None or (stale_s is not None and when - latest > stale_s):
+                continue
+            series.extend(
+                Series(m.name, m.labels, m.values[latest]) for m in members if latest in m.values
+            )
+        readings.append(Reading(timestamp=when, series=series))
+    return readings
+
+
+@dataclass(frozen=True, slots=True)
+class _Samples:
+    """One series of a matrix: its samples by scrape time."""
+
+    name: str
+    labels: Mapping[str, str]
+    values: Mapping[float, float]

@@ -72,17 +72,42 @@ def test_matrix_takes_each_targets_newest_scrape() -> None:
     payload = _matrix(
         ({"__name__": "vllm:num_requests_running", **target}, [(100.0, "3"), (115.0, "5")]),
         ({"__name__": "vllm:generation_tokens_total", **target}, [(100.0, "10"), (115.0, "30")]),
-        # Vanished from the target after t=100 (an old engine label): left out.
+        # Vanished from the target after t=100 (an old engine label): left out after it.
         ({"__name__": "vllm:num_requests_waiting", **target}, [(100.0, "1")]),
     )
-    reading = parse_prometheus_matrix(payload)
-    assert reading is not None
-    assert reading.timestamp == 115.0
-    assert {s.name: s.value for s in reading.series} == {
-        "vllm:num_requests_running": 5.0,
-        "vllm:generation_tokens_total": 30.0,
-    }
-    assert all("__name__" not in s.labels for s in reading.series)
+    readings = parse_prometheus_matrix(payload)
+    assert readings is not None
+    assert [r.timestamp for r in readings] == [100.0, 115.0]
+    assert [{s.name: s.value for s in r.series} for r in readings] == [
+        {
+            "vllm:num_requests_running": 3.0,
+            "vllm:generation_tokens_total": 10.0,
+            "vllm:num_requests_waiting": 1.0,
+        },
+        {"vllm:num_requests_running": 5.0, "vllm:generation_tokens_total": 30.0},
+    ]
+    assert all("__name__" not in s.labels for r in readings for s in r.series)
+    assert parse_prometheus_matrix(payload, after=100.0) == readings[1:]
+    assert parse_prometheus_matrix(payload, after=115.0) == []  # nothing new
+
+
+def test_each_reading_holds_every_targets_latest_scrape_until_it_goes_stale() -> None:
+    """Two pods scraped at different offsets: the reading at each scrape is what an instant
+    query would see then; a pod whose scrapes stopped drops out after ``stale_s``."""
+    a = {"__name__": "vllm:num_requests_running", "job": "vllm", "instance": "a:8000"}
+    b = {"__name__": "vllm:num_requests_running", "job": "vllm", "instance": "b:8000"}
+    payload = _matrix((a, [(100.0, "1"), (110.0, "2"), (120.0, "3")]), (b, [(105.0, "7")]))
+    readings = parse_prometheus_matrix(payload, stale_s=10.0)
+    assert readings is not None
+    seen = [
+        (r.timestamp, sorted((s.labels["instance"], s.value) for s in r.series)) for r in readings
+    ]
+    assert seen == [
+        (100.0, [("a:8000", 1.0)]),
+        (105.0, [("a:8000", 1.0), ("b:8000", 7.0)]),
+        (110.0, [("a:8000", 2.0), ("b:8000", 7.0)]),
+        (120.0, [("a:8000", 3.0)]),  # b last scraped 15 s before
+    ]
 
 
 def test_empty_matrix_is_no_reading() -> None:

@@ -9,7 +9,7 @@ step times differ only by where the readings fell.
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +23,7 @@ from specops.observation import (
     EstimateStatus,
     Observation,
     ObserverConfig,
+    Reading,
     Snapshot,
     SourceObservation,
     observe,
@@ -72,9 +73,7 @@ async def _poll(
     source: DirectSource | PrometheusSource, into: list[Snapshot], stop: asyncio.Event
 ) -> None:
     while not stop.is_set():
-        reading = await source.read()
-        if reading is not None:
-            into.append(snapshot_from_reading(reading))
+        into.extend(snapshot_from_reading(reading) for reading in await source.read())
         await asyncio.sleep(0.5)
 
 
@@ -101,15 +100,15 @@ async def test_direct_and_prometheus_sources_agree(engine_url: str, prometheus_u
         prometheus = PrometheusSource(prometheus_url, LABELS, client, lookback_s=30)
         # Both must first see the idle engine.
         deadline = time.monotonic() + 30
-        first = None
-        while first is None and time.monotonic() < deadline:
+        first: Sequence[Reading] = ()
+        while not first and time.monotonic() < deadline:
             try:
                 first = await prometheus.read()
             except MetricsError:  # Prometheus has not scraped the engine yet
                 await asyncio.sleep(0.5)
-        assert first is not None, "Prometheus never scraped the engine"
-        from_direct: list[Snapshot] = [snapshot_from_reading(await direct.read())]
-        from_prom: list[Snapshot] = [snapshot_from_reading(first)]
+        assert first, "Prometheus never scraped the engine"
+        from_direct: list[Snapshot] = [snapshot_from_reading(r) for r in await direct.read()]
+        from_prom: list[Snapshot] = [snapshot_from_reading(r) for r in first]
 
         stop = asyncio.Event()
         pollers = [
@@ -120,9 +119,14 @@ async def test_direct_and_prometheus_sources_agree(engine_url: str, prometheus_u
         await asyncio.sleep(3.0)  # idle engine, scraped at least twice more
         stop.set()
         await asyncio.gather(*pollers)
+        # A reader started now (an operator after a restart) gets the same scrapes at once.
+        late = PrometheusSource(prometheus_url, LABELS, client, lookback_s=30, history_s=600)
+        backfilled = [snapshot_from_reading(r) for r in await late.read()]
 
     assert from_direct[-1].gauges[G.RUNNING] == 0
     assert from_direct[0].counters == from_prom[0].counters
+    seen = [b for b in backfilled if b.timestamp <= from_prom[-1].timestamp]  # not later scrapes
+    assert seen[-len(from_prom) :] == from_prom
     assert from_direct[-1].counters == from_prom[-1].counters
     assert from_direct[-1].histograms == from_prom[-1].histograms
     now = max(from_direct[-1].timestamp, from_prom[-1].timestamp)

@@ -17,7 +17,7 @@ from specops.observation import (
 from specops.profiles import get_profile
 from tests.observation.fake_vllm import FakeVllm
 
-from .conftest import Handler, Network, matrix_from_page, page_handler
+from .conftest import Handler, Network, matrix_from_pages, page_handler
 
 
 def constant(status: int, body: str) -> Handler:
@@ -29,10 +29,40 @@ async def test_direct_source_reads_the_engine_page(network: Network) -> None:
     engine.draft(10, [6, 3])
     served = await network.serve(page_handler(engine))
     source = DirectSource(served.url + "/", served.client, lambda: 42.0)
-    reading = await source.read()
+    [reading] = await source.read()
     assert reading.timestamp == 42.0
     assert source.target == f"{served.url}/metrics"
     assert any(s.name == "vllm:spec_decode_num_drafts_total" for s in reading.series)
+
+
+async def test_prometheus_source_starts_with_the_history_then_reads_what_is_new(
+    network: Network,
+) -> None:
+    """A reader started late gets every scrape of its history at once, oldest first."""
+    engine = FakeVllm(k=2)
+    scrapes: list[tuple[float, str]] = []
+    for t in (100.0, 115.0, 130.0):
+        engine.draft(10, [7, 4])
+        scrapes.append((t, engine.page()))
+    queries: list[str] = []
+
+    def answer(path: str, query: Mapping[str, str]) -> tuple[int, str]:
+        queries.append(query["query"])
+        return 200, json.dumps(matrix_from_pages(*scrapes))
+
+    served = await network.serve(answer)
+    source = PrometheusSource(served.url, {"pod": "p-0"}, served.client, history_s=300)
+    history = await source.read()
+    assert [r.timestamp for r in history] == [100.0, 115.0, 130.0]
+    drafts = [
+        next(s.value for s in r.series if s.name == "vllm:spec_decode_num_drafts_total")
+        for r in history
+    ]
+    assert drafts == [10.0, 20.0, 30.0]
+    engine.draft(10, [7, 4])
+    scrapes.append((145.0, engine.page()))
+    assert [r.timestamp for r in await source.read()] == [145.0]
+    assert [q[-6:] for q in queries] == ["[300s]", "}[60s]"]
 
 
 @pytest.mark.parametrize(
@@ -77,15 +107,14 @@ async def test_prometheus_source_queries_the_pods_series_and_skips_repeats(
     def answer(path: str, query: Mapping[str, str]) -> tuple[int, str]:
         assert path == "/api/v1/query"
         queries.append(query["query"])
-        return 200, json.dumps(matrix_from_page(engine, stamp["t"]))
+        return 200, json.dumps(matrix_from_pages((stamp["t"], engine.page())))
 
     served = await network.serve(answer)
     source = PrometheusSource(served.url, {"namespace": "ns", "pod": "p-0"}, served.client)
-    first = await source.read()
-    assert first is not None and first.timestamp == 100.0
-    assert await source.read() is None  # Prometheus has not scraped again
+    assert [r.timestamp for r in await source.read()] == [100.0]
+    assert await source.read() == []  # Prometheus has not scraped again
     stamp["t"] = 115.0
-    assert (await source.read()) is not None
+    assert [r.timestamp for r in await source.read()] == [115.0]
     # the query arrives intact through the client's URL encoding
     assert queries[0] == prometheus_selector({"namespace": "ns", "pod": "p-0"}) + "[60s]"
     assert queries[0].endswith('namespace="ns",pod="p-0"}[60s]')
@@ -123,7 +152,7 @@ async def test_both_sources_give_the_same_observation_on_the_same_data(network: 
     pages: list[tuple[float, str, dict[str, object]]] = []
     for i in range(12):
         t = 1000.0 + 15 * i
-        pages.append((t, engine.page(), matrix_from_page(engine, t)))
+        pages.append((t, engine.page(), matrix_from_pages((t, engine.page()))))
         engine.draft(800, [640, 480, 300])
         engine.steps([8 * 3.8] * 100)
         engine.load(running=8 + i % 3, waiting=i % 2, kv=0.1 * (i % 5))
@@ -141,9 +170,8 @@ async def test_both_sources_give_the_same_observation_on_the_same_data(network: 
     from_direct, from_prom = [], []
     for i in range(len(pages)):
         index["i"] = i
-        direct_reading = await direct_source.read()
-        prom_reading = await prom_source.read()
-        assert prom_reading is not None
+        [direct_reading] = await direct_source.read()
+        [prom_reading] = await prom_source.read()
         from_direct.append(snapshot_from_reading(direct_reading))
         from_prom.append(snapshot_from_reading(prom_reading))
     assert from_direct == from_prom
