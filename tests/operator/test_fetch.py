@@ -109,6 +109,11 @@ async def test_prometheus_is_asked_for_the_services_series_and_readings_accumula
         await source.fetch("ml", "llama", spec, [])
         fetched = await source.fetch("ml", "llama", spec, [])
     assert 'namespace="ml"' in queries[0] and 'service="llama"' in queries[0]
+    # The first query reads back a whole evaluation window; later ones only the recent scrapes.
+    window_s = spec.policy.evaluation_window_seconds
+    lookback_s = max(4 * spec.metrics.scrape_interval_seconds, 60)
+    assert window_s > lookback_s
+    assert [q.rpartition("[")[2] for q in queries] == [f"{window_s}s]", f"{lookback_s}s]"]
     assert fetched.failures == ()
     (observation,) = fetched.observations
     assert observation.service == "llama"
