@@ -135,13 +135,12 @@ def service_window(
     stale = 0
     for pod in pods:
         window = _window(pod, window_s)
+        name = pod.pod or pod.service  # a whole service's, read from Prometheus, has no pod
         if pod.status is not EstimateStatus.OK or window is None:
             stale += pod.status is EstimateStatus.STALE
-            skipped.append(f"{pod.pod or pod.service}: estimates {pod.status.value}")
+            skipped.append(f"{name}: estimates {pod.status.value}")
         elif pod.configured_k != configured_k:
-            skipped.append(
-                f"{pod.pod}: runs k={pod.configured_k}, not the k={configured_k} in force"
-            )
+            skipped.append(f"{name}: runs k={pod.configured_k}, not the k={configured_k} in force")
         else:
             used.append((pod, window))
     note = f"; left out: {'; '.join(skipped)}" if skipped else ""

@@ -393,7 +393,7 @@ def decide(
             Action.WITHHOLD,
             ReasonCode.METRICS_UNAVAILABLE,
             state,
-            f"holding {state.config.describe()}: no usable measurements: {observation.problem}",
+            f"holding {state.config.describe()}: {observation.problem}",
         )
     if service is None:
         return out(

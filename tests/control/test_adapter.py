@@ -105,6 +105,14 @@ def test_nothing_usable_is_said_and_withheld(pods, failures, reason) -> None:
     assert decision.action is Action.WITHHOLD
     assert decision.code is ReasonCode.METRICS_UNAVAILABLE
     assert decision.config == SpecConfig.static(3)
+    assert decision.reason == f"holding {SpecConfig.static(3).describe()}: {window.message}"
+
+
+def test_a_whole_services_observation_is_named_by_the_service() -> None:
+    """Read from Prometheus, the observation has no pod; mid-rollout it still runs the old k."""
+    window = _window([pod_observation("", at=NOW, running=[4] * 20, k=5)])
+    assert not window.available
+    assert window.message == "no usable measurements: llama: runs k=5, not the k=3 in force"
 
 
 def test_context_comes_from_kv_use_over_running_requests() -> None:
