@@ -8,7 +8,9 @@ and both give the same estimates on the same data.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import itertools
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,11 +95,14 @@ def parse_prometheus_matrix(
     """Turn the answer to ``<selector>[lookback]`` into one reading per scrape, oldest first.
 
     Prometheus stamps every sample of one scrape with the scrape's time. The reading at a
-    time ``t`` (every scrape time of any target later than ``after``) holds each target's
-    latest scrape up to ``t``, as an instant query at ``t`` would see it: a target last
-    scraped over ``stale_s`` before ``t`` is gone, and series without a sample at their
-    target's scrape have vanished from it. A lookback as long as a window thus fills the
-    window at once (after a restart), and a later call returns only what is new. Returns
+    time ``t`` holds each target's latest scrape up to ``t``, as an instant query at ``t``
+    would see it: a target last scraped over ``stale_s`` before ``t`` is gone, and series
+    without a sample at their target's scrape have vanished from it. Readings are taken at
+    scrape times later than ``after`` and about a scrape interval apart, so that between two
+    readings every target moved on by one scrape: a step time is an interval's length over
+    its steps, and targets scraped out of phase must not split one interval in two. A
+    lookback as long as a window thus fills the window at once (after a restart), and a
+    later call returns only what is new. Returns
     None when no series had a sample within the lookback (a dead or absent target), and an
     empty list when nothing is newer than ``after``. Raises :class:`MetricsError` for an
     error answer or one that is not a matrix.
@@ -128,11 +133,13 @@ def parse_prometheus_matrix(
         target: sorted({t for member in members for t in member.values})
         for target, members in by_target.items()
     }
-    times = sorted({t for stamps in scrapes.values() for t in stamps})
+    spacing = _scrape_spacing(scrapes.values())
     readings = []
-    for when in times:
-        if after is not None and when <= after:
+    last = after
+    for when in sorted({t for stamps in scrapes.values() for t in stamps}):
+        if last is not None and (when <= last or when - last < spacing):
             continue
+        last = when
         series: list[Series] = []
         for target, members in by_target.items():
             stamps = scrapes[target]
@@ -144,6 +151,17 @@ def parse_prometheus_matrix(
             )
         readings.append(Reading(timestamp=when, series=series))
     return readings
+
+
+def _scrape_spacing(scrapes: Iterable[Sequence[float]]) -> float:
+    """Nine tenths of the shortest median time between one target's scrapes (0 if unknown):
+    the least time between readings, with room for the scrapes' jitter."""
+    gaps = [
+        statistics.median(b - a for a, b in itertools.pairwise(stamps))
+        for stamps in scrapes
+        if len(stamps) > 1
+    ]
+    return 0.9 * min(gaps) if gaps else 0.0
 
 
 @dataclass(frozen=True, slots=True)

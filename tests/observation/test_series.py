@@ -92,11 +92,15 @@ def test_matrix_takes_each_targets_newest_scrape() -> None:
 
 
 def test_each_reading_holds_every_targets_latest_scrape_until_it_goes_stale() -> None:
-    """Two pods scraped at different offsets: the reading at each scrape is what an instant
-    query would see then; a pod whose scrapes stopped drops out after ``stale_s``."""
+    """Two pods scraped every 10 s, out of phase: a reading each scrape interval, each what an
+    instant query would see then; the second pod's scrapes stop and it drops out after
+    ``stale_s``."""
     a = {"__name__": "vllm:num_requests_running", "job": "vllm", "instance": "a:8000"}
     b = {"__name__": "vllm:num_requests_running", "job": "vllm", "instance": "b:8000"}
-    payload = _matrix((a, [(100.0, "1"), (110.0, "2"), (120.0, "3")]), (b, [(105.0, "7")]))
+    payload = _matrix(
+        (a, [(100.0, "1"), (110.0, "2"), (120.0, "3"), (130.0, "4")]),
+        (b, [(104.0, "7"), (114.0, "8")]),
+    )
     readings = parse_prometheus_matrix(payload, stale_s=10.0)
     assert readings is not None
     seen = [
@@ -104,10 +108,12 @@ def test_each_reading_holds_every_targets_latest_scrape_until_it_goes_stale() ->
     ]
     assert seen == [
         (100.0, [("a:8000", 1.0)]),
-        (105.0, [("a:8000", 1.0), ("b:8000", 7.0)]),
         (110.0, [("a:8000", 2.0), ("b:8000", 7.0)]),
-        (120.0, [("a:8000", 3.0)]),  # b last scraped 15 s before
+        (120.0, [("a:8000", 3.0), ("b:8000", 8.0)]),
+        (130.0, [("a:8000", 4.0)]),  # b last scraped 16 s before
     ]
+    # Read again after b's scrape at 114 alone: too soon after 110 for a reading of its own.
+    assert parse_prometheus_matrix(payload, after=110.0, stale_s=10.0) == readings[2:]
 
 
 def test_empty_matrix_is_no_reading() -> None:
