@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from specops.observation import parse_exposition
 from specops.vllm import ENGINE_METRICS, FINISH_REASONS, bucket_bounds
 
 _KINDS: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
@@ -84,3 +85,22 @@ class FakeVllm:
 
     def page(self) -> str:
         return generate_latest(self.registry).decode()
+
+
+def matrix_from_pages(
+    *scrapes: tuple[float, str], instance: str = "10.0.0.7:8000", pod: str = "p-0"
+) -> dict[str, Any]:
+    """What Prometheus answers for the pages it scraped from one target at the given times."""
+    target = {"job": "vllm", "instance": instance, "namespace": "ns", "pod": pod}
+    values: dict[tuple[tuple[str, str], ...], list[list[object]]] = {}
+    for timestamp, page in scrapes:
+        for s in parse_exposition(page, timestamp).series:
+            key = tuple(sorted({"__name__": s.name, **s.labels, **target}.items()))
+            values.setdefault(key, []).append([timestamp, repr(s.value)])
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [{"metric": dict(key), "values": v} for key, v in values.items()],
+        },
+    }

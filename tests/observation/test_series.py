@@ -1,13 +1,21 @@
 """Both sources' raw answers become the same series."""
 
+import itertools
 import math
 
 import pytest
 
 from specops.errors import MetricsError
-from specops.observation import parse_exposition, parse_prometheus_matrix, prometheus_selector
+from specops.observation import (
+    cost_point,
+    interval_between,
+    parse_exposition,
+    parse_prometheus_matrix,
+    prometheus_selector,
+    snapshot_from_reading,
+)
 
-from .fake_vllm import FakeVllm
+from .fake_vllm import FakeVllm, matrix_from_pages
 
 
 def test_page_keeps_only_the_series_the_estimators_read() -> None:
@@ -114,6 +122,28 @@ def test_each_reading_holds_every_targets_latest_scrape_until_it_goes_stale() ->
     ]
     # Read again after b's scrape at 114 alone: too soon after 110 for a reading of its own.
     assert parse_prometheus_matrix(payload, after=110.0, stale_s=10.0) == readings[2:]
+
+
+def test_pods_scraped_out_of_phase_give_true_step_times() -> None:
+    """Each pod runs 100 steps of 0.1 s between its scrapes, 5 s out of phase with the other;
+    every interval between readings then holds one scrape of each, so T = 0.1 s."""
+    pods = {"a:8000": (FakeVllm(k=0), 100.0), "b:8000": (FakeVllm(k=0), 105.0)}
+    results: list[object] = []
+    for instance, (engine, first) in pods.items():
+        engine.load(running=8)
+        scrapes = []
+        for i in range(7):
+            engine.steps([8.0] * 100)
+            scrapes.append((first + 10 * i, engine.page()))
+        results += matrix_from_pages(*scrapes, instance=instance)["data"]["result"]
+    readings = parse_prometheus_matrix(
+        {"status": "success", "data": {"resultType": "matrix", "result": results}}, after=105.0
+    )
+    assert readings is not None
+    assert [r.timestamp for r in readings] == [115.0, 125.0, 135.0, 145.0, 155.0, 165.0]
+    snapshots = [snapshot_from_reading(r) for r in readings]
+    points = [cost_point(interval_between(a, b)) for a, b in itertools.pairwise(snapshots)]
+    assert [p.step_seconds if p else None for p in points] == pytest.approx([0.1] * 5)
 
 
 def test_empty_matrix_is_no_reading() -> None:

@@ -128,22 +128,3 @@ def page_handler(engine: FakeVllm) -> Handler:
         return 200, engine.page()
 
     return handle
-
-
-def matrix_from_pages(*scrapes: tuple[float, str]) -> dict[str, object]:
-    """What Prometheus answers for the pages it scraped at the given times (one target)."""
-    from specops.observation import parse_exposition
-
-    target = {"job": "vllm", "instance": "10.0.0.7:8000", "namespace": "ns", "pod": "p-0"}
-    values: dict[tuple[tuple[str, str], ...], list[list[object]]] = {}
-    for timestamp, page in scrapes:
-        for s in parse_exposition(page, timestamp).series:
-            key = tuple(sorted({"__name__": s.name, **s.labels, **target}.items()))
-            values.setdefault(key, []).append([timestamp, repr(s.value)])
-    return {
-        "status": "success",
-        "data": {
-            "resultType": "matrix",
-            "result": [{"metric": dict(key), "values": v} for key, v in values.items()],
-        },
-    }

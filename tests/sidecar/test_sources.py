@@ -15,9 +15,9 @@ from specops.observation import (
     snapshot_from_reading,
 )
 from specops.profiles import get_profile
-from tests.observation.fake_vllm import FakeVllm
+from tests.observation.fake_vllm import FakeVllm, matrix_from_pages
 
-from .conftest import Handler, Network, matrix_from_pages, page_handler
+from .conftest import Handler, Network, page_handler
 
 
 def constant(status: int, body: str) -> Handler:
