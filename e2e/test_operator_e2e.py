@@ -188,6 +188,13 @@ def _event_reasons(api: client.ApiClient, namespace: str) -> list[tuple[str, str
     return [(e.reason, e.message) for e in events.items]
 
 
+def _wait_for_event(
+    wait: Wait, api: client.ApiClient, namespace: str, reason: str, message: str
+) -> None:
+    """kopf posts Events from a queue, a moment after the write they report."""
+    wait(lambda: (reason, message) in _event_reasons(api, namespace), f"the {reason} Event")
+
+
 def _table(output: str) -> list[dict[str, str]]:
     """Rows of a kubectl table, cut at the header's column starts (empty cells stay empty)."""
     header, *rows = output.splitlines()
@@ -562,7 +569,7 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
     service = _service(api_client, namespace)
     assert service["status"]["speculativeConfig"]["numSpeculativeTokens"] == 4
     assert deployment["metadata"]["annotations"][HASH_ANNOTATION] == _expected_hash(service)
-    assert ("Updated", f"Deployment {NAME} updated") in _event_reasons(api_client, namespace)
+    _wait_for_event(wait, api_client, namespace, "Updated", f"Deployment {NAME} updated")
 
     # Someone edits fields the operator owns: replicas and the rollout strategy.
     drift = {"spec": {"replicas": 5, "strategy": {"rollingUpdate": {"maxUnavailable": 2}}}}
@@ -579,7 +586,7 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
 
         wait(reverted, "the operator to revert the edit of its Deployment")
         wait(lambda: _converged(api_client, namespace), "the service to settle after the revert")
-    assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
+    _wait_for_event(wait, api_client, namespace, "Reverted", f"Deployment {NAME} reverted")
 
 
 # -- 5b: server-side apply: the operator owns exactly the fields it renders --------------
@@ -696,8 +703,8 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     assert "TRACE" in {e["name"] for e in _vllm(deployment)["env"]}
     assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
     assert {("platform-team", "Update"), ("tracing", "Apply")} <= _owners(deployment)
+    _wait_for_event(wait, api_client, namespace, "Updated", f"Deployment {NAME} updated")
     reasons = _event_reasons(api_client, namespace)
-    assert ("Updated", f"Deployment {NAME} updated") in reasons
     assert "Reverted" not in {reason for reason, _ in reasons}  # the env entry is not drift
 
     # An unchanged render applied again is not a write, even with the other manager's env
@@ -735,7 +742,7 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
     deployment = _deployment(api_client, namespace)
     assert deployment["metadata"]["annotations"]["example.com/owner"] == "platform"
     assert "TRACE" in {e["name"] for e in _vllm(deployment)["env"]}
-    assert ("Reverted", f"Deployment {NAME} reverted") in _event_reasons(api_client, namespace)
+    _wait_for_event(wait, api_client, namespace, "Reverted", f"Deployment {NAME} reverted")
 
 
 # -- 7: the operator restarts mid-rollout -------------------------------------------------

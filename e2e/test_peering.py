@@ -94,7 +94,8 @@ def test_one_replica_acts_and_the_other_takes_over_when_it_stops(
             return int(found.spec.replicas)
 
         wait(lambda: replicas_of_deployment() == doc["spec"]["replicas"], "the Deployment")
-        assert HANDLED in _log(active)
+        # The handler logs its success once it has also written the rest and the status.
+        wait(lambda: HANDLED in _log(active), "the active replica's handler to finish")
         assert HANDLED not in _log(standby)
 
         resumed = _log(standby).count(RESUMED)  # once already, if it started first, alone
@@ -102,7 +103,7 @@ def test_one_replica_acts_and_the_other_takes_over_when_it_stops(
         wait(lambda: _log(standby).count(RESUMED) > resumed, "the standby to resume")
         kubectl("scale", "specsvc", name, "-n", namespace, "--replicas=3")
         wait(lambda: replicas_of_deployment() == 3, "the former standby to reconcile a change")
-        assert HANDLED in _log(standby)
+        wait(lambda: HANDLED in _log(standby), "the former standby's handler to finish")
     finally:
         for replica in replicas:
             replica.stop()
