@@ -62,7 +62,7 @@ def engine_pages(count: int, concurrency: int = 24) -> list[str]:
         served_model_name="llama",
         speculative=speculative('{"method": "eagle", "model": "d", "num_speculative_tokens": 3}'),
     )
-    engine = SimulatedEngine(get_profile(PROFILE), Workload(load_workload("sharegpt")), config)
+    engine = SimulatedEngine(Workload(load_workload("sharegpt")), config)
     for _ in range(concurrency):
         engine.add_request()
     pages: list[str] = []

@@ -75,6 +75,11 @@ class TraceResults:
     def policies(self) -> tuple[str, ...]:
         return (*self.runs, ORACLE)
 
+    @property
+    def truth(self) -> str:
+        """The engine truth every run of the trace was measured on."""
+        return next(iter(self.runs.values())).truth
+
 
 def oracle(trace: LoadTrace, runs: Mapping[str, RunResult], fixed: Sequence[str]) -> TraceResults:
     """Best fixed config per segment, in hindsight, switching for free."""
@@ -223,6 +228,8 @@ def markdown(
         lines += [
             f"### {trace.name} ({trace.duration_s:.0f} s virtual){about}",
             "",
+            f"truth: {results.truth}",
+            "",
             "| policy | mean TPOT (ms) | p90 TPOT (ms) | throughput (tok/s) | goodput (tok/s) "
             "| restarts | goodput / oracle |",
             "|---|---:|---:|---:|---:|---:|---:|",
@@ -290,6 +297,7 @@ def results_json(
                 entry["decisions"] = [asdict(d) for d in run.decisions if d.action != "Keep"]
             policies[policy] = entry
         traces[results.trace.name] = {
+            "truth": results.truth,
             "duration_s": results.trace.duration_s,
             "policies": policies,
             "oracle_choices": list(results.oracle_choices),

@@ -1,6 +1,7 @@
 """Run one policy over one load trace on the simulated engine, in virtual time.
 
-Closed-loop clients hold the trace's concurrency; the engine steps; the driver samples
+Closed-loop clients hold the trace's concurrency; the engine, built from the service's
+truth, steps; the controller predicts with the service's profile; the driver samples
 ``vllm:num_requests_running`` every scrape period as a sidecar would, and splits the
 figures by trace segment. The controlled policy sees only what the engine's counters
 show over each window, and every reconfiguration it orders restarts the engine, which
@@ -41,11 +42,13 @@ from specops.profiles import PerformanceProfile, get_profile
 from specops.sim import (
     EngineConfig,
     EngineMetrics,
+    EngineTruth,
     FinishedRequest,
     MixPhase,
     SimulatedEngine,
     Workload,
     WorkloadSpec,
+    load_truth,
     load_workload,
     parse_speculative_config,
 )
@@ -138,6 +141,7 @@ class RunResult:
     restarts: int
     timeline: tuple[tuple[float, int, int], ...]
     decisions: tuple[DecisionRecord, ...]
+    truth: str
 
 
 def service_model(service: ServiceSpec, profile: PerformanceProfile) -> ServiceModel:
@@ -316,6 +320,7 @@ def _run_trace(
     service: ServiceSpec,
     controller: ControllerSpec,
     profile: PerformanceProfile,
+    truth: EngineTruth,
     workload: WorkloadSpec,
 ) -> RunResult:
     model = service_model(service, profile)
@@ -331,13 +336,10 @@ def _run_trace(
         config = initial_config(service, model, context_tokens=PRIOR_CONTEXT)
         state = ControllerState.initial(config)
     engine = SimulatedEngine(
-        profile,
         Workload(_phased(workload, trace), seed=service.seed),
-        EngineConfig(
-            max_num_seqs=service.max_num_seqs,
-            speculative=_vllm(service, config),
-            roofline=service.roofline,
-        ),
+        EngineConfig(max_num_seqs=service.max_num_seqs, speculative=_vllm(service, config)),
+        truth=truth,
+        seed=service.seed,
     )
     if rule is not None:
         engine.k_selector = rule.select
@@ -441,6 +443,7 @@ def _run_trace(
         restarts=restarts,
         timeline=tuple(timeline),
         decisions=tuple(decisions),
+        truth=truth.name,
     )
 
 
@@ -450,11 +453,12 @@ def run_policy(
     """A whole trace; a sweep runs each segment on a fresh engine and joins the figures."""
     try:
         profile = get_profile(service.profile)
+        truth = load_truth(service.truth)
         workload = load_workload(trace.workload)
     except (EngineConfigError, KeyError) as exc:
         raise BenchError(f"trace {trace.name}: {exc}") from exc
     if not trace.sweep:
-        return _run_trace(trace, policy, service, controller, profile, workload)
+        return _run_trace(trace, policy, service, controller, profile, truth, workload)
     parts = [
         _run_trace(
             trace.model_copy(update={"segments": (segment,)}),
@@ -462,6 +466,7 @@ def run_policy(
             service,
             controller,
             profile,
+            truth,
             workload,
         )
         for segment in trace.segments
@@ -481,4 +486,5 @@ def run_policy(
         restarts=sum(p.restarts for p in parts),
         timeline=tuple(timeline),
         decisions=tuple(d for p in parts for d in p.decisions),
+        truth=truth.name,
     )

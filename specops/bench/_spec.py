@@ -2,8 +2,9 @@
 
 Everything the benchmark varies is data: a load trace is a list of segments of closed-loop
 concurrency (constant or a linear ramp, optionally with stationary noise) over a
-workload; a suite names the service (profile, method, restart downtime, TPOT target),
-the controller's settings and the traces with their time scale.
+workload; a suite names the service (the engine's truth, the controller's profile, method,
+restart downtime, TPOT target), the controller's settings and the traces with their time
+scale.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specops.errors import SpecopsError
+from specops.sim import DEFAULT_TRUTH
 
 __all__ = [
     "BenchError",
@@ -99,8 +101,13 @@ class LoadTrace(_Spec):
 
 
 class ServiceSpec(_Spec):
-    """The served model, its speculative method, and what a restart costs."""
+    """The served model, its speculative method, and what a restart costs.
 
+    ``truth`` is the engine's physics (a shipped truth's name or a truth file); ``profile``
+    and ``roofline`` are the controller's belief about it, which the truth need not match.
+    """
+
+    truth: str = DEFAULT_TRUTH
     profile: str = "llama3.1-8b-h100"
     roofline: bool = True
     method: str = "eagle3"

@@ -1,7 +1,8 @@
-"""A named performance profile: how fast one model runs on one kind of accelerator.
+"""A named performance profile: how fast the controller believes one model runs on one GPU.
 
-The simulated engine takes its step time from these numbers and nothing else, and the
-controller predicts with the same StepCostModel, so the two share one cost model.
+The controller predicts with a profile's StepCostModel. The simulated engine does not: its
+physics is an engine truth (``specops.sim.load_truth``), so a controller is graded on a world
+its beliefs only approximate.
 """
 
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 Stable API (the policy benchmark drives it; keep these names and meanings)::
 
-    from specops.profiles import get_profile
-    from specops.sim import (EngineConfig, SimulatedEngine, Workload, load_workload,
-                             parse_speculative_config, run_closed_loop, run_open_loop)
+    from specops.sim import (EngineConfig, SimulatedEngine, Workload, load_truth,
+                             load_workload, parse_speculative_config, run_closed_loop,
+                             run_open_loop)
 
     engine = SimulatedEngine(
-        get_profile("llama3.1-8b-h100"),
         Workload(load_workload("sharegpt"), seed=0),
         EngineConfig(max_num_seqs=256, speculative=parse_speculative_config(
             '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",'
             ' "num_speculative_tokens": 3}')),
+        truth=load_truth("llama3.1-8b-h100-eagle3"),   # the default; seed=, slowdown=
     )
     engine.add_request(arrival=0.0)        # lengths and acceptance from the workload
     engine.run_until(60.0)                 # virtual seconds; idle time jumps
@@ -23,6 +23,10 @@ Stable API (the policy benchmark drives it; keep these names and meanings)::
 (its start and end, decode batch, k, tokens per request when ``track_tokens=True``,
 finished requests). The engine never reads a clock and does no I/O: the HTTP server
 (``specops sim serve``) paces ``step()`` against real time.
+
+The engine's physics (step time, KV capacity, noise) is an ``EngineTruth`` loaded from
+data (``specops/sim/truths/*.yaml``, see the README there), never the controller's
+``PerformanceProfile``: the controller believes a profile, the engine is the world.
 """
 
 from specops.sim._drive import ClosedLoopResult, run_closed_loop, run_open_loop
@@ -35,6 +39,18 @@ from specops.sim._engine import (
     parse_speculative_config,
 )
 from specops.sim._metrics import EngineMetrics, HistogramSnapshot
+from specops.sim._truth import (
+    DEFAULT_TRUTH,
+    DraftTruth,
+    EngineStep,
+    EngineTruth,
+    TableTruth,
+    TargetTruth,
+    TruthSources,
+    VerifyTruth,
+    load_truth,
+    truth_names,
+)
 from specops.sim._workload import (
     BUILTIN_WORKLOADS,
     DrawnRequest,
@@ -52,10 +68,14 @@ from specops.sim._workload import (
 
 __all__ = [
     "BUILTIN_WORKLOADS",
+    "DEFAULT_TRUTH",
     "ClosedLoopResult",
+    "DraftTruth",
     "DrawnRequest",
     "EngineConfig",
     "EngineMetrics",
+    "EngineStep",
+    "EngineTruth",
     "FinishedRequest",
     "HistogramSnapshot",
     "LengthDistribution",
@@ -63,15 +83,21 @@ __all__ = [
     "ParametricComponent",
     "SimulatedEngine",
     "StepResult",
+    "TableTruth",
+    "TargetTruth",
     "TraceComponent",
     "TraceSet",
+    "TruthSources",
+    "VerifyTruth",
     "Workload",
     "WorkloadSpec",
     "k_lookup_table",
     "load_trace_set",
+    "load_truth",
     "load_workload",
     "parse_speculative_config",
     "replay",
     "run_closed_loop",
     "run_open_loop",
+    "truth_names",
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from specops.errors import EngineConfigError
+from specops.sim._truth import DEFAULT_TRUTH
 
 __all__ = ["sim"]
 
@@ -38,7 +39,17 @@ def _split_vllm_args(extra: tuple[str, ...]) -> tuple[str | None, list[str]]:
 @click.option("--max-model-len", type=int, help="Default 131072.")
 @click.option("--max-num-batched-tokens", type=int, help="Default 8192.")
 @click.option("--speculative-config", help="vLLM's --speculative-config JSON.")
-@click.option("--profile", default="llama3.1-8b-h100", show_default=True)
+@click.option(
+    "--truth",
+    default=DEFAULT_TRUTH,
+    show_default=True,
+    help="The engine's physics: a shipped truth's name or a truth YAML file.",
+)
+@click.option(
+    "--slow-pod",
+    is_flag=True,
+    help="Run every step slower by the truth's slow_pod_factor (one slow pod among several).",
+)
 @click.option("--workload", default="sharegpt", show_default=True, help="Name or YAML/JSON file.")
 @click.option("--startup-delay", default=0.0, show_default=True, type=float, help="Seconds.")
 @click.option(
@@ -49,7 +60,6 @@ def _split_vllm_args(extra: tuple[str, ...]) -> tuple[str | None, list[str]]:
     help="Seconds running requests may take to finish after SIGTERM (as vLLM's); 0 aborts them.",
 )
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--roofline", is_flag=True, help="Roofline instead of the additive step time.")
 def serve(
     extra: tuple[str, ...],
     model_option: str | None,
@@ -61,17 +71,17 @@ def serve(
     max_model_len: int | None,
     max_num_batched_tokens: int | None,
     speculative_config: str | None,
-    profile: str,
+    truth: str,
+    slow_pod: bool,
     workload: str,
     startup_delay: float,
     shutdown_timeout: int,
     seed: int,
-    roofline: bool,
 ) -> None:
     """Serve vLLM's OpenAI API and /metrics from the simulated engine (flags as vllm serve)."""
-    from specops.profiles import get_profile
     from specops.sim._engine import EngineConfig, SimulatedEngine, parse_speculative_config
     from specops.sim._server import ServerOptions, build_app, serve
+    from specops.sim._truth import load_truth
     from specops.sim._workload import Workload, load_workload
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -82,10 +92,10 @@ def serve(
     if unknown:
         _log.warning("ignoring vLLM arguments the simulation does not model: %s", " ".join(unknown))
     try:
-        chosen = get_profile(profile)
+        chosen = load_truth(truth)
         if tensor_parallel_size != chosen.tensor_parallel_size:
             _log.warning(
-                "--tensor-parallel-size %d differs from profile %s (%d); timing follows it",
+                "--tensor-parallel-size %d differs from truth %s (%d); timing follows the truth",
                 tensor_parallel_size,
                 chosen.name,
                 chosen.tensor_parallel_size,
@@ -97,10 +107,14 @@ def serve(
             max_model_len=max_model_len or defaults.max_model_len,
             max_num_batched_tokens=max_num_batched_tokens or defaults.max_num_batched_tokens,
             speculative=parse_speculative_config(speculative_config),
-            roofline=roofline,
         )
         engine = SimulatedEngine(
-            chosen, Workload(load_workload(workload), seed=seed), config, track_tokens=True
+            Workload(load_workload(workload), seed=seed),
+            config,
+            truth=chosen,
+            track_tokens=True,
+            seed=seed,
+            slowdown=chosen.slow_pod_factor if slow_pod else 1.0,
         )
     except EngineConfigError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -109,21 +123,32 @@ def serve(
 
 
 @sim.command()
-@click.option("--output-dir", default="out/validate", show_default=True, type=click.Path())
-@click.option("--profile", default="llama3.1-8b-h100", show_default=True)
+@click.option(
+    "--out", "--output-dir", "out", default="out/validate", show_default=True, type=click.Path()
+)
+@click.option(
+    "--truth",
+    "truths",
+    multiple=True,
+    default=(DEFAULT_TRUTH,),
+    show_default=True,
+    help="A shipped truth's name or a truth file (repeatable); 'all': every shipped truth.",
+)
 @click.option("--workload", default="sharegpt", show_default=True)
 @click.option("--seed", default=0, show_default=True, type=int)
-def validate(output_dir: str, profile: str, workload: str, seed: int) -> None:
-    """Write validation.md and validation.png: simulated EAGLE speedup versus published."""
-    from specops.sim._validate import measure_speedups, render_markdown, write_report
+def validate(out: str, truths: tuple[str, ...], workload: str, seed: int) -> None:
+    """Measure each truth in the engine beside published figures: validation.md and PNGs."""
+    from specops.sim._validate import load_truths, render_markdown, validate_truth, write_report
 
     try:
-        table = measure_speedups(profile=profile, workload=workload, seed=seed)
+        validations = []
+        for truth in load_truths(truths):
+            validations.append(validate_truth(truth, workload=workload, seed=seed))
+            click.echo(render_markdown(validations[-1]))
     except EngineConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    markdown, png = write_report(table, Path(output_dir))
-    click.echo(render_markdown(table))
-    click.echo(f"wrote {markdown} and {png}")
+    written = write_report(validations, Path(out))
+    click.echo("wrote " + ", ".join(str(path) for path in written))
 
 
 @sim.command("bench-speed")

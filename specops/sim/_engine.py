@@ -14,8 +14,10 @@ end (real time). Each step follows vLLM's scheduler:
   number of requests scheduled, as vLLM's dense table does, capped by
   ``num_speculative_tokens``; k = 0 drafts nothing. The same k is verified and drafted
   in the step (vLLM verifies the previous step's drafts: the lag is one step);
-* step time from the profile's StepCostModel; tokens emitted from the request's trace
-  by the replay rule; every metric as vLLM counts it.
+* step time and KV capacity from the engine's truth (``EngineTruth``, the physics, not
+  the controller's belief), times lognormal jitter drawn from the engine's seeded RNG and
+  the pod's slowdown; tokens emitted from the request's trace by the replay rule; every
+  metric as vLLM counts it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from specops.errors import EngineConfigError, SpecValidationError
-from specops.policy import StepCostModel, StepShape
-from specops.profiles import DraftFamily, PerformanceProfile, draft_family
+from specops.profiles import DraftFamily, draft_family
 from specops.sim._metrics import EngineMetrics, MetricsRecorder
+from specops.sim._truth import DEFAULT_TRUTH, EngineStep, EngineTruth, load_truth
 from specops.sim._workload import Workload
 from specops.vllm import DYNAMIC_SCHEDULE_METHODS, SpeculativeConfig
 
@@ -102,7 +104,6 @@ class EngineConfig:
     max_model_len: int = 131072
     block_size: int = 16
     speculative: SpeculativeConfig | None = None
-    roofline: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
@@ -194,22 +195,31 @@ class _Speculation:
     family: DraftFamily
     k_max: int
     lookup: tuple[int, ...] | None
-    cost: StepCostModel
     kv_blocks: int
 
 
 class SimulatedEngine:
-    """One vLLM engine with a calibrated performance model. See the package docstring."""
+    """One vLLM engine whose physics is a truth. See the module docstring.
+
+    ``truth`` defaults to the shipped default truth; ``seed`` seeds the step-time jitter;
+    ``slowdown`` multiplies every step (a slower pod: the truth's ``slow_pod_factor``).
+    """
 
     def __init__(
         self,
-        profile: PerformanceProfile,
         workload: Workload,
         config: EngineConfig,
         *,
+        truth: EngineTruth | None = None,
         track_tokens: bool = False,
+        seed: int = 0,
+        slowdown: float = 1.0,
     ) -> None:
-        self.profile = profile
+        if slowdown <= 0:
+            raise EngineConfigError(f"slowdown must be > 0, got {slowdown}")
+        self.truth = load_truth(DEFAULT_TRUTH) if truth is None else truth
+        self.slowdown = slowdown
+        self._rng = np.random.default_rng(seed)
         self.workload = workload
         self.config = config
         self.track_tokens = track_tokens
@@ -256,16 +266,16 @@ class SimulatedEngine:
                 _log.warning(
                     "num_speculative_tokens_per_batch_size is ignored for method %s", method
                 )
-        kv_tokens = self.profile.kv_capacity(method)
+        family = draft_family(method or "eagle")
+        kv_tokens = self.truth.kv_capacity(None if method is None else family)
         if kv_tokens < self.config.block_size:
-            raise EngineConfigError(f"profile {self.profile.name} leaves no KV cache for {method}")
+            raise EngineConfigError(f"truth {self.truth.name} leaves no KV cache for {method}")
         self._metrics.set_positions(k_max)
         return _Speculation(
             method=method,
-            family=draft_family(method or "eagle"),
+            family=family,
             k_max=k_max,
             lookup=lookup,
-            cost=self.profile.cost_model(method, roofline=self.config.roofline),
             kv_blocks=kv_tokens // self.config.block_size,
         )
 
@@ -291,7 +301,6 @@ class SimulatedEngine:
             max_model_len=self.config.max_model_len,
             block_size=self.config.block_size,
             speculative=speculative,
-            roofline=self.config.roofline,
         )
         self._spec = self._speculation(speculative)
         self.available_at = self.now + downtime_s
@@ -408,15 +417,17 @@ class SimulatedEngine:
         else:
             k = spec.k_max
         prefill_tokens = sum(chunk for _, chunk in chunks)
-        prefill_context = sum(int(ctx[slot]) + chunk for slot, chunk in chunks)
-        context = int(ctx[decoding].sum()) if decoding.size else 0
-        shape = StepShape(
+        shape = EngineStep(
             batch=int(decoding.size),
             k=k,
-            context_tokens=context + prefill_context,
+            context_tokens=int(ctx[decoding].sum()) if decoding.size else 0,
             prefill_tokens=prefill_tokens,
+            prefill_context_tokens=sum(int(ctx[slot]) + chunk for slot, chunk in chunks),
+            table=spec.lookup is not None,
+            speculative=spec.k_max > 0,
+            family=spec.family,
         )
-        end = start + spec.cost.step_time(shape)
+        end = start + self._step_seconds(shape)
         self.now = end
         self._emitted = ()
         generated = self._decode(decoding, k, end) if decoding.size else 0
@@ -434,6 +445,13 @@ class SimulatedEngine:
         return StepResult(start, end, int(decoding.size), prefill_tokens, k, emitted, finished)
 
     # -- step internals ----------------------------------------------------------------
+
+    def _step_seconds(self, shape: EngineStep) -> float:
+        seconds = self.truth.step_time(shape) * self.slowdown
+        sigma = self.truth.jitter_sigma
+        if sigma > 0:
+            seconds *= float(np.exp(sigma * self._rng.standard_normal() - sigma * sigma / 2))
+        return seconds
 
     def _used_blocks(self, block: int, lookahead: int) -> int:
         if not self._order:

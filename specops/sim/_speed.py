@@ -7,8 +7,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specops.profiles import get_profile
 from specops.sim._engine import EngineConfig, SimulatedEngine, parse_speculative_config
+from specops.sim._truth import DEFAULT_TRUTH, load_truth
 from specops.sim._workload import Workload, load_workload
 
 __all__ = ["SpeedResult", "measure_speed", "write_speed"]
@@ -32,7 +32,7 @@ class SpeedResult:
 
 
 def measure_speed(
-    *, batch: int = 128, k: int = 3, simulated_s: float = 600.0, profile: str = "llama3.1-8b-h100"
+    *, batch: int = 128, k: int = 3, simulated_s: float = 600.0, truth: str = DEFAULT_TRUTH
 ) -> SpeedResult:
     """Closed loop at ``batch`` with EAGLE k drafts for ``simulated_s`` virtual seconds."""
     config = EngineConfig(
@@ -41,7 +41,7 @@ def measure_speed(
             json.dumps({"method": "eagle", "model": "eagle-head", "num_speculative_tokens": k})
         ),
     )
-    engine = SimulatedEngine(get_profile(profile), Workload(load_workload("sharegpt")), config)
+    engine = SimulatedEngine(Workload(load_workload("sharegpt")), config, truth=load_truth(truth))
     for _ in range(batch):
         engine.add_request()
     steps = 0

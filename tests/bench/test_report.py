@@ -15,7 +15,7 @@ def _stats(name: str, tokens: int, slo_share: float = 1.0) -> SegmentStats:
 
 def _run(policy: str, tokens: tuple[int, int], restarts: int = 0) -> RunResult:
     segments = tuple(_stats(f"s{i}", t) for i, t in enumerate(tokens))
-    return RunResult(policy, "t", segments, restarts, (), ())
+    return RunResult(policy, "t", segments, restarts, (), (), "llama3.1-8b-h100-eagle3")
 
 
 TRACE = LoadTrace(

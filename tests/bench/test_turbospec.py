@@ -5,7 +5,6 @@ Step time 10 ms + 1 ms per batched token, acceptance 0.5: at batch 2 k=2 deliver
 """
 
 from specops.bench import GoodputRule
-from specops.profiles import get_profile
 from specops.sim import (
     EngineConfig,
     SimulatedEngine,
@@ -43,7 +42,6 @@ def test_engine_takes_k_from_the_rule_within_its_cap() -> None:
         '{"method": "eagle3", "model": "d", "num_speculative_tokens": 3}'
     )
     engine = SimulatedEngine(
-        get_profile("llama3.1-8b-h100"),
         Workload(load_workload("sharegpt"), seed=0),
         EngineConfig(max_num_seqs=8, speculative=spec),
     )

@@ -8,7 +8,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specops.observation import Counter, Gauge, Hist
-from specops.profiles import get_profile
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim import parse_speculative_config as parse
 from specops.sim._exposition import render_metrics
@@ -36,7 +35,6 @@ def wheel() -> Path:
 def _exported_page() -> dict[str, tuple[str, set[str]]]:
     """Families on the simulated engine's /metrics: name to (type, label names)."""
     engine = SimulatedEngine(
-        get_profile("llama3.1-8b-h100"),
         Workload(load_workload("gsm8k")),
         EngineConfig(
             speculative=parse('{"method": "eagle3", "model": "d", "num_speculative_tokens": 2}')

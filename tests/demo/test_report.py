@@ -69,7 +69,7 @@ SNAPSHOTS = (
 
 
 def _baseline(name: str, tpot: float, rate: float) -> Baseline:
-    run = RunResult(name, TRACE.name, (), 0, (), ())
+    run = RunResult(name, TRACE.name, (), 0, (), (), "llama3.1-8b-h100-eagle3")
     return Baseline(name, Summary(rate, rate, tpot, tpot * 1.2, 0), run)
 
 

@@ -13,7 +13,6 @@ from specops.loadgen import (
     summarize,
     trace_arrivals,
 )
-from specops.profiles import get_profile
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim._server import ServerOptions, build_app
 
@@ -54,7 +53,6 @@ def test_summary_percentiles_and_throughput() -> None:
 @pytest.fixture
 async def server_url() -> AsyncIterator[str]:
     engine = SimulatedEngine(
-        get_profile("llama3.1-8b-h100"),
         Workload(load_workload("gsm8k")),
         EngineConfig(served_model_name="llama"),
         track_tokens=True,

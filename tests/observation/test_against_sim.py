@@ -28,6 +28,7 @@ from specops.sim import (
     SimulatedEngine,
     Workload,
     WorkloadSpec,
+    load_truth,
     parse_speculative_config,
 )
 from specops.sim._exposition import render_metrics
@@ -72,7 +73,8 @@ def run() -> Run:
             f'{{"method": "eagle", "model": "d", "num_speculative_tokens": {K}}}'
         ),
     )
-    engine = SimulatedEngine(PROFILE, Workload(spec, seed=1), config)
+    # The additive truth is the profile's own cost model: the fit can recover it exactly.
+    engine = SimulatedEngine(Workload(spec, seed=1), config, truth=load_truth("additive-8b-h100"))
     for _ in range(CONCURRENCY):
         engine.add_request()
     snapshots: list[Snapshot] = []

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from specops.errors import EngineConfigError
-from specops.policy import AcceptanceCurve, StepShape
-from specops.profiles import get_profile
+from specops.policy import AcceptanceCurve
+from specops.profiles import DraftFamily
 from specops.sim import (
     EngineConfig,
+    EngineStep,
     LengthDistribution,
     ParametricComponent,
     SimulatedEngine,
@@ -16,13 +17,14 @@ from specops.sim import (
     WorkloadSpec,
     k_lookup_table,
     load_trace_set,
+    load_truth,
     load_workload,
     parse_speculative_config,
     replay,
     run_closed_loop,
 )
 
-PROFILE = get_profile("llama3.1-8b-h100")
+TRUTH = load_truth("llama3.1-8b-h100-eagle3")
 CONDITIONAL = (0.8, 0.7, 0.6, 0.5)
 
 
@@ -41,9 +43,9 @@ def parametric_workload(output: int = 400) -> Workload:
 
 def engine(spec: str | None, workload: Workload | None = None, **config: object) -> SimulatedEngine:
     return SimulatedEngine(
-        PROFILE,
         workload or parametric_workload(),
         EngineConfig(speculative=parse_speculative_config(spec), **config),  # type: ignore[arg-type]
+        truth=replace(TRUTH, jitter_sigma=0.0),
     )
 
 
@@ -69,17 +71,15 @@ def test_per_step_k_follows_the_schedule_by_scheduled_requests() -> None:
     assert (result.decode_batch, result.k) == (2, 4)
 
 
-def test_step_time_is_the_profile_cost_model() -> None:
+def test_step_time_is_the_truths() -> None:
     sim = engine(eagle(3))
     sim.add_request(prompt_tokens=100, max_tokens=50, ignore_eos=True)
     prefill = sim.step()
-    assert prefill.end - prefill.start == pytest.approx(
-        PROFILE.cost_model("eagle").step_time(StepShape(0, 0, 100, prefill_tokens=100))
-    )
+    shape = EngineStep(0, 0, 0, prefill_tokens=100, prefill_context_tokens=100, speculative=True)
+    assert prefill.end - prefill.start == pytest.approx(sim.truth.step_time(shape))
     decode = sim.step()
-    assert decode.end - decode.start == pytest.approx(
-        PROFILE.cost_model("eagle").step_time(StepShape(1, 3, 101))
-    )
+    shape = EngineStep(1, 3, 101, speculative=True, family=DraftFamily.NETWORK)
+    assert decode.end - decode.start == pytest.approx(sim.truth.step_time(shape))
 
 
 def test_mean_acceptance_length_in_metrics_is_the_workloads() -> None:
@@ -122,11 +122,11 @@ def test_counters_only_grow_and_tokens_add_up() -> None:
 
 
 def test_kv_pressure_preempts_and_every_request_still_finishes() -> None:
-    tiny = replace(PROFILE, kv_cache_tokens=8000, draft_memory_kv_tokens=0)
+    tiny = replace(TRUTH, kv_cache_tokens=8000, draft=replace(TRUTH.draft, kv_tokens=0))
     sim = SimulatedEngine(
-        tiny,
         parametric_workload(output=600),
         EngineConfig(speculative=parse_speculative_config(eagle(3))),
+        truth=tiny,
     )
     for _ in range(30):
         sim.add_request(max_tokens=600, ignore_eos=True)

@@ -6,7 +6,6 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from specops.profiles import get_profile
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim import parse_speculative_config as parse
 from specops.sim._server import ServerOptions, build_app
@@ -17,7 +16,6 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 @pytest.fixture
 async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
     engine = SimulatedEngine(
-        get_profile("llama3.1-8b-h100"),
         Workload(load_workload("gsm8k")),
         EngineConfig(
             served_model_name="llama",
