@@ -1,4 +1,8 @@
-"""Fixtures for every tier: the loopback guard (``tests/netguard.py``).
+"""Fixtures for every tier: the pinned vLLM wheel, and the loopback guard
+(``tests/netguard.py``).
+
+The wheel is fetched into the cache by the first test that needs it (``pip download``,
+once), so a fresh machine runs those tests instead of skipping them.
 
 Every test marked ``integration`` or ``e2e`` starts real processes; while it runs, every
 TCP connection of the pytest process and its descendants is checked, and the test fails if
@@ -8,13 +12,21 @@ one reaches an address off loopback. The session's summary says how many were ch
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from specops.vllm import ensure_wheel
 from tests.netguard import LoopbackGuard
 
 _GUARDED_MARKS = ("integration", "e2e")
 _guard = LoopbackGuard()
+
+
+@pytest.fixture(scope="session")
+def vllm_wheel() -> Path:
+    """The pinned vLLM wheel, downloaded into the cache first if it is not there."""
+    return ensure_wheel()
 
 
 @pytest.fixture(scope="session")
