@@ -3,9 +3,11 @@ the Deployment's speculative config, the pod runner brings new pods up with it, 
 and Events record the decision.
 
 The chart is installed with the Helm library and the operator runs locally as the chart's
-ServiceAccount; the pod runner turns the kwok pods into simulated engines and sidecars
-scraped by its Prometheus, which is the service's metrics source. Load comes through the
-runner's proxy: a few requests in flight (k should rise), then many (k should fall).
+ServiceAccount; the pod runner turns the kwok pods into simulated engines and sidecars on
+each pod's own (loopback) IP, scraped by its Prometheus. The service reads its metrics
+either way a user can choose: straight from each pod's sidecar at its pod IP (Direct, the
+example's default) or from Prometheus. Load comes through the runner's proxy: a few
+requests in flight (k should rise), then many (k should fall).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
@@ -32,6 +34,7 @@ from specops.localstack import (
     installed_chart,
     operator_kubeconfig,
 )
+from tests.netguard import LoopbackGuard
 
 pytestmark = pytest.mark.e2e
 
@@ -103,12 +106,15 @@ def _k(deployment: Obj) -> int:
     return _engine_k(engine_config(deployment))
 
 
+@pytest.mark.parametrize("source", ["Direct", "Prometheus"])
 def test_load_moves_k_through_new_pods_with_status_and_events(
     api_client: client.ApiClient,
     namespace: str,
     operator: OperatorProcess,
     runner: PodRunnerProcess,
     wait: Wait,
+    source: Literal["Direct", "Prometheus"],
+    loopback_guard: LoopbackGuard,
 ) -> None:
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
@@ -116,7 +122,7 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
     assert prometheus is not None
     service = demo_service(
         yaml.safe_load(EXAMPLE.read_text()),
-        DemoOptions(namespace=namespace, profile=PROFILE),
+        DemoOptions(namespace=namespace, profile=PROFILE, metrics_source=source),
         prometheus,
     )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
@@ -141,6 +147,11 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
 
     wait(lambda: bool(serving(3)), "the first pod to run k=3 (the spec's initial k)")
     first_pods = serving(3)
+    sidecars = {
+        p.sidecar_url.removeprefix("http://")
+        for p in runner.state().service_pods(namespace, NAME)
+        if p.sidecar_url is not None
+    }
     url = runner.state().service_url(namespace, NAME)
     assert url is not None
     load = _Load(url, str(service["spec"]["servedModelName"]))
@@ -149,6 +160,8 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
         wait(lambda: _k(deployment()) > 3, f"k to rise above 3 at {LOW} requests in flight")
         raised = _k(deployment())
         _check_decision(status(), raised)
+        if source == "Direct":
+            _check_direct_reads(loopback_guard, operator, sidecars)
         wait(lambda: bool(serving(raised)), f"new pods running k={raised}")
         assert not serving(raised) & first_pods
 
@@ -183,3 +196,13 @@ def _check_decision(status: Obj, k: int) -> None:
     assert decision["recommended"]["numSpeculativeTokens"] == k
     assert status["speculativeConfig"]["numSpeculativeTokens"] == k
     assert status["speculativeConfig"]["source"] == "Controller"
+
+
+def _check_direct_reads(
+    guard: LoopbackGuard, operator: OperatorProcess, sidecars: set[str]
+) -> None:
+    """The operator itself dialled each serving pod's sidecar at the pod's own IP."""
+    assert sidecars and all(not s.startswith("127.0.0.1:") for s in sidecars), sidecars
+    guard.sample()
+    dialled = {remote for pid, _, remote in guard.checked if pid == operator.process.pid}
+    assert sidecars <= dialled, (sidecars, dialled)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from kubernetes import client
 
 from specops.cluster import (
     GPU_RESOURCE,
+    SERVICE_CIDR,
     ClusterInfo,
     Versions,
     service_account_kubeconfig,
@@ -110,6 +113,52 @@ def test_pods_without_gpus_avoid_the_gpu_nodes(
 
     wait(lambda: len(running()) == 2, "2 ready pods without GPUs")
     assert {p.spec.node_name for p in running()} == {"kwok-cpu-0"}
+
+
+_IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
+
+
+def _addresses(kubectl: Kubectl, *kinds: str) -> set[str]:
+    """Every IPv4 address written anywhere in the objects of ``kinds``, all namespaces."""
+    listed = kubectl("get", ",".join(kinds), "-A", "-o", "json").stdout
+    return set(_IP.findall(listed))
+
+
+def test_every_node_and_pod_address_is_on_loopback_and_services_have_no_endpoints(
+    api_client: client.ApiClient, kubectl: Kubectl, namespace: str, wait: Wait
+) -> None:
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    for name, gpus in (("engine", 1), ("web", 0)):
+        apps.create_namespaced_deployment(namespace, _deployment(name, replicas=2, gpus=gpus))
+        service = client.V1Service(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1ServiceSpec(
+                selector={"app": name}, ports=[client.V1ServicePort(port=8000)]
+            ),
+        )
+        core.create_namespaced_service(namespace, service)
+
+    def running() -> list[client.V1Pod]:
+        return [p for p in core.list_namespaced_pod(namespace).items if _ready(p)]
+
+    wait(lambda: len(running()) == 4, "4 ready pods, on GPU and CPU nodes")
+    pod_ips = {p.status.pod_ip for p in running()}
+    assert len(pod_ips) == 4
+    nodes = core.list_node().items
+    by_node = {n.metadata.name: ipaddress.ip_network(n.spec.pod_cidr) for n in nodes}
+    for pod in running():
+        assert ipaddress.ip_address(pod.status.pod_ip) in by_node[pod.spec.node_name]
+    loopback = ipaddress.ip_network("127.0.0.0/8")
+    seen = _addresses(kubectl, "nodes", "pods", "endpoints", "endpointslices", "leases")
+    assert pod_ips <= seen
+    assert {ip for ip in seen if ipaddress.ip_address(ip) not in loopback} == set()
+    # ClusterIPs are allocated, never dialled: nothing here routes a Service.
+    services = core.list_namespaced_service(namespace).items
+    assert all(
+        ipaddress.ip_address(s.spec.cluster_ip) in ipaddress.ip_network(SERVICE_CIDR)
+        for s in services
+    )
+    assert not client.DiscoveryV1Api(api_client).list_endpoint_slice_for_all_namespaces().items
 
 
 def test_service_account_identity_is_bound_by_rbac(

@@ -22,6 +22,7 @@ from specops.cluster._config import (
     GPU_TAINT,
     KWOK_NODE_ANNOTATION,
     SERVED_POD_LABEL,
+    SERVICE_CIDR,
 )
 from specops.cluster._layout import CacheLayout, RunFiles, Versions
 
@@ -31,6 +32,7 @@ __all__ = [
     "GPU_TAINT",
     "KWOK_NODE_ANNOTATION",
     "SERVED_POD_LABEL",
+    "SERVICE_CIDR",
     "CacheLayout",
     "ClusterInfo",
     "ClusterOptions",

@@ -32,6 +32,7 @@ from specops.cluster._config import (
     Ports,
     fake_node,
     kwok_config,
+    node_pod_cidr,
     render_kubeconfig,
     startup_waves,
 )
@@ -90,9 +91,11 @@ class ClusterOptions:
     start_timeout_s: float = 120.0
 
     def node_manifests(self) -> tuple[dict[str, Any], ...]:
-        gpu = [fake_node(f"kwok-gpu-{i}", self.gpus_per_node) for i in range(self.gpu_nodes)]
-        cpu = [fake_node(f"kwok-cpu-{i}", 0) for i in range(self.cpu_nodes)]
-        return tuple(gpu + cpu)
+        names = [(f"kwok-gpu-{i}", self.gpus_per_node) for i in range(self.gpu_nodes)]
+        names += [(f"kwok-cpu-{i}", 0) for i in range(self.cpu_nodes)]
+        return tuple(
+            fake_node(name, gpus, node_pod_cidr(index)) for index, (name, gpus) in enumerate(names)
+        )
 
 
 @dataclass(frozen=True)

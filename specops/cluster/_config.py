@@ -18,6 +18,19 @@ engines answer and the service has no capacity. So those pods are left to stages
 our own (:func:`served_pod_stages`): a pod the pod runner claims starts Running and not
 Ready, and its Ready condition then follows the ``specops.io/engine-ready`` annotation,
 which the runner sets from its probes. Every other pod keeps kwok's behaviour.
+
+Addresses: everything is on loopback (127.0.0.0/8), so nothing that dials a node or a pod
+leaves the machine. Each fake node gets its own ``spec.podCIDR`` (:func:`node_pod_cidr`),
+from which kwok hands out its pods' IPs, and every node's address is 127.0.0.1; the pod
+runner serves each pod's engine and sidecar on the pod's own IP. The one range off
+loopback is the Service ClusterIP range (``SERVICE_CIDR``): the API server wants a range it
+can allocate from, and nothing dials a ClusterIP here (the pod runner's per-service proxy
+stands in for Services; no kube-proxy runs).
+
+Deletion: a claimed served pod stays Terminating, as on a real node, until the pod runner
+has stopped its processes and deletes it for good (kwok's ``pod-delete`` stage is left to
+every other pod, and to a served pod nobody claimed). So kwok recycles a pod's IP only when
+nothing listens on it any more, and a new pod never gets the address of one still draining.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ __all__ = [
     "GPU_RESOURCE",
     "GPU_TAINT",
     "KWOK_NODE_ANNOTATION",
+    "LOOPBACK_CIDR",
+    "POD_CIDR_FALLBACK",
     "SERVED_POD_LABEL",
     "SERVICE_CIDR",
     "UNCLAIMED_READY_S",
@@ -46,14 +61,20 @@ __all__ = [
     "Ports",
     "fake_node",
     "kwok_config",
+    "node_pod_cidr",
     "render_kubeconfig",
     "served_pod_stages",
     "startup_waves",
 ]
 
 LOOPBACK = "127.0.0.1"
+LOOPBACK_CIDR = "127.0.0.0/8"
+# ClusterIPs: allocated by the API server, never dialled here (see the module docstring).
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
+# Pod IPs for a node without its own podCIDR (kwok's --cidr; its default is 10.0.0.1/24).
+POD_CIDR_FALLBACK = "127.255.0.0/16"
+_MAX_NODES = 254
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -64,6 +85,12 @@ ENGINE_READY_ANNOTATION = "specops.io/engine-ready"
 UNCLAIMED_READY_S = 5.0
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 _NODE_LEASE_SECONDS = 40
+_CONTROLLERS = (
+    "*",
+    "-endpoints-controller",
+    "-endpointslice-controller",
+    "-endpointslice-mirroring-controller",
+)
 
 
 @dataclass(frozen=True)
@@ -148,6 +175,10 @@ def _apiserver(bins: Binaries, files: RunFiles, ports: Ports) -> Component:
         f"--service-account-signing-key-file={files.service_account_key}",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # Left to itself the API server advertises the machine's own address in the
+        # `kubernetes` Endpoints (it will not write a loopback one): none is written.
+        f"--advertise-address={LOOPBACK}",
+        "--endpoint-reconciler-type=none",
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=ExtendedResourceToleration",
         "--allow-privileged=true",
@@ -186,6 +217,9 @@ def _controller_manager(bins: Binaries, files: RunFiles, ports: Ports) -> Compon
         f"--service-account-private-key-file={files.service_account_key}",
         "--use-service-account-credentials=true",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # Nothing routes a Service here (no kube-proxy: the pod runner's proxy stands in),
+        # and the API server refuses endpoints on loopback, where every pod is.
+        f"--controllers={','.join(_CONTROLLERS)}",
     )
     url = f"https://{LOOPBACK}:{ports.controller_manager}/healthz"
     return Component("kube-controller-manager", argv, url)
@@ -208,6 +242,7 @@ def _kwok(bins: Binaries, files: RunFiles, ports: Ports) -> Component:
         f"--config={files.kwok_config}",
         f"--manage-nodes-with-annotation-selector={key}={value}",
         f"--node-ip={LOOPBACK}",
+        f"--cidr={POD_CIDR_FALLBACK}",
         f"--node-port={ports.kwok}",
         f"--server-address={LOOPBACK}:{ports.kwok}",
         f"--node-lease-duration-seconds={_NODE_LEASE_SECONDS}",
@@ -258,11 +293,15 @@ def render_kubeconfig(server: str, ca_pem: bytes, user: str, credentials: Client
 
 
 _KWOK_POD_READY = "pod-ready"
+_KWOK_POD_DELETE = "pod-delete"
 _SERVED = {"key": f'.metadata.labels["{SERVED_POD_LABEL}"]', "operator": "Exists"}
 _NOT_SERVED = {**_SERVED, "operator": "DoesNotExist"}
 _NOT_DELETING = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _READY_CONDITION = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 _ENGINE_READY = f'.metadata.annotations["{ENGINE_READY_ANNOTATION}"]'
+# A pod the runner claimed (it wrote the annotation) is the runner's to start and to end.
+_CLAIMED = {"key": _ENGINE_READY, "operator": "Exists"}
+_UNCLAIMED = {**_CLAIMED, "operator": "DoesNotExist"}
 
 # One status for every stage of a served pod, steered by $start (the pod leaves Pending:
 # Initialized, addresses, phase, start time, as kwok's pod-ready sets them) and $ready
@@ -366,7 +405,6 @@ def served_pod_stages() -> tuple[dict[str, Any], ...]:
     """
     pending = {"key": ".status.phase", "operator": "In", "values": ["Pending"]}
     running = {"key": ".status.phase", "operator": "In", "values": ["Running"]}
-    claimed = {"key": _ENGINE_READY, "operator": "Exists"}
     pod_ready = {"key": _READY_CONDITION, "operator": "In", "values": ["True"]}
 
     def engine(value: str) -> dict[str, Any]:
@@ -375,12 +413,12 @@ def served_pod_stages() -> tuple[dict[str, Any], ...]:
     return (
         _served_pod_stage(
             "specops-pod-unclaimed",
-            [pending, {**claimed, "operator": "DoesNotExist"}],
+            [pending, _UNCLAIMED],
             start=True,
             ready=True,
             delay_s=UNCLAIMED_READY_S,
         ),
-        _served_pod_stage("specops-pod-start", [pending, claimed], start=True, ready=False),
+        _served_pod_stage("specops-pod-start", [pending, _CLAIMED], start=True, ready=False),
         _served_pod_stage(
             "specops-engine-ready",
             [running, engine("true"), {**pod_ready, "operator": "NotIn"}],
@@ -396,33 +434,59 @@ def served_pod_stages() -> tuple[dict[str, Any], ...]:
     )
 
 
-def _leave_served_pods(stage: dict[str, Any]) -> dict[str, Any]:
-    """kwok's pod-ready stage, no longer matching the pods ``served_pod_stages`` handle."""
+def _with_expressions(stage: dict[str, Any], *expressions: dict[str, Any]) -> dict[str, Any]:
+    """``stage`` matching only the objects that also satisfy ``expressions``."""
     selector = stage["spec"].get("selector", {})
-    expressions = [*selector.get("matchExpressions", []), _NOT_SERVED]
-    spec = {**stage["spec"], "selector": {**selector, "matchExpressions": expressions}}
+    matched = [*selector.get("matchExpressions", []), *expressions]
+    spec = {**stage["spec"], "selector": {**selector, "matchExpressions": matched}}
     return {**stage, "spec": spec}
+
+
+def _claimed_pod_delete(kwok_delete: dict[str, Any]) -> dict[str, Any]:
+    """kwok's ``pod-delete`` for the pods a runner claimed, held until the pod's grace period
+    ends (its deletionTimestamp): the runner deletes the pod for good as soon as its processes
+    have stopped, and this is the kubelet's deadline should no runner be left to do it."""
+    stage = _with_expressions(kwok_delete, _CLAIMED)
+    delay = {"durationFrom": {"expressionFrom": ".metadata.deletionTimestamp"}}
+    return {
+        **stage,
+        "metadata": {"name": "specops-pod-delete-claimed"},
+        "spec": {**stage["spec"], "delay": delay},
+    }
 
 
 def kwok_config(stage_documents: tuple[str, ...]) -> str:
     """kwok's ``--config`` file: its Stage documents, one YAML stream, with kwok's
-    ``pod-ready`` stage leaving the served pods to :func:`served_pod_stages`."""
+    ``pod-ready`` stage leaving the served pods to :func:`served_pod_stages` and its
+    ``pod-delete`` stage leaving the pods a runner claimed to that runner."""
     stages = [yaml.safe_load(doc) for doc in stage_documents]
     names = [stage.get("metadata", {}).get("name") for stage in stages]
-    if _KWOK_POD_READY not in names:
-        raise ClusterError(
-            f"kwok's stage configs have no {_KWOK_POD_READY!r} stage (found {names}); "
-            "the kwok version's kustomize/stage/pod/fast tree has changed"
-        )
+    by_name = dict(zip(names, stages, strict=True))
+    for needed in (_KWOK_POD_READY, _KWOK_POD_DELETE):
+        if needed not in by_name:
+            raise ClusterError(
+                f"kwok's stage configs have no {needed!r} stage (found {names}); "
+                "the kwok version's kustomize/stage/pod/fast tree has changed"
+            )
+    narrowed = {_KWOK_POD_READY: _NOT_SERVED, _KWOK_POD_DELETE: _UNCLAIMED}
     adjusted = [
-        _leave_served_pods(stage) if name == _KWOK_POD_READY else stage
+        _with_expressions(stage, narrowed[name]) if name in narrowed else stage
         for stage, name in zip(stages, names, strict=True)
     ]
-    return yaml.dump_all([*adjusted, *served_pod_stages()], Dumper=_BlockDumper, sort_keys=False)
+    ours = [*served_pod_stages(), _claimed_pod_delete(by_name[_KWOK_POD_DELETE])]
+    return yaml.dump_all([*adjusted, *ours], Dumper=_BlockDumper, sort_keys=False)
 
 
-def fake_node(name: str, gpus: int) -> dict[str, Any]:
-    """A kwok-managed Node; with ``gpus`` > 0 it looks like an 8-way GPU box and is tainted."""
+def node_pod_cidr(index: int) -> str:
+    """The loopback range the pods of the ``index``-th fake node get their IPs from."""
+    if not 0 <= index < _MAX_NODES:
+        raise ClusterError(f"a local cluster has at most {_MAX_NODES} fake nodes, got {index + 1}")
+    return f"127.{index + 1}.0.0/16"
+
+
+def fake_node(name: str, gpus: int, pod_cidr: str) -> dict[str, Any]:
+    """A kwok-managed Node whose pods get IPs from ``pod_cidr``; with ``gpus`` > 0 it looks
+    like an 8-way GPU box and is tainted."""
     key, value = KWOK_NODE_ANNOTATION
     labels = {
         "type": "kwok",
@@ -431,7 +495,7 @@ def fake_node(name: str, gpus: int) -> dict[str, Any]:
         "kubernetes.io/hostname": name,
     }
     resources = {"cpu": "96", "memory": "1Ti", "pods": "110", "ephemeral-storage": "2Ti"}
-    spec: dict[str, Any] = {}
+    spec: dict[str, Any] = {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
     if gpus > 0:
         labels |= {
             "nvidia.com/gpu.present": "true",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -69,6 +70,13 @@ _DEFAULTS = DemoOptions()
     help="Least seconds between two reconfigurations (at least --window).",
 )
 @click.option(
+    "--metrics-source",
+    type=click.Choice(["Direct", "Prometheus"]),
+    default=_DEFAULTS.metrics_source,
+    show_default=True,
+    help="Where the controller reads the pods' metrics: each pod's sidecar, or Prometheus.",
+)
+@click.option(
     "--refresh",
     default=_DEFAULTS.refresh_s,
     show_default=True,
@@ -86,6 +94,7 @@ def demo(
     startup_delay: float,
     window: int,
     dwell: int,
+    metrics_source: Literal["Direct", "Prometheus"],
     refresh: float,
 ) -> None:
     """Run the whole specops loop here and write a report.
@@ -116,6 +125,7 @@ def demo(
         window_s=window,
         dwell_s=dwell,
         refresh_s=refresh,
+        metrics_source=metrics_source,
     )
     console = Console(soft_wrap=not sys.stdout.isatty())
     # Ctrl-C, and a SIGTERM from a supervisor, unwind the demo so it stops what it started

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from specops.bench import LoadTrace
 from specops.cluster import Versions
@@ -39,6 +39,7 @@ class DemoOptions:
     restart_cost_s: int = 10
     min_gain_percent: float = 2.0
     refresh_s: float = 3.0
+    metrics_source: Literal["Direct", "Prometheus"] = "Direct"
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,8 @@ def demo_service(
 ) -> dict[str, Any]:
     """The example with one replica, one k at a time (no per-batch table, so each decision
     is a visible k), short windows and dwell, a cheap restart, no model secret, and the
-    pod runner's Prometheus as the metrics source (the fake pods' IPs lead nowhere)."""
+    metrics source ``options.metrics_source``: each pod's sidecar on its pod IP (Direct, the
+    example's own), or the pod runner's Prometheus at ``prometheus_url``."""
     service = copy.deepcopy(dict(example))
     service["metadata"] = {**service["metadata"], "namespace": options.namespace}
     spec = service["spec"]
@@ -150,9 +152,7 @@ def demo_service(
         "minGainPercent": options.min_gain_percent,
         "performanceProfile": options.profile,
     }
-    spec["metrics"] = {
-        "source": "Prometheus",
-        "prometheusUrl": prometheus_url,
-        "scrapeIntervalSeconds": 2,
-    }
+    spec["metrics"] = {"source": options.metrics_source, "scrapeIntervalSeconds": 2}
+    if options.metrics_source == "Prometheus":
+        spec["metrics"]["prometheusUrl"] = prometheus_url
     return service

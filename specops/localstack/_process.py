@@ -107,6 +107,11 @@ class LocalProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The process's id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
     def tail(self) -> str:
         try:
             return self.log.read_text(errors="replace")[-_LOG_TAIL:]

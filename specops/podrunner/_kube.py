@@ -74,5 +74,22 @@ class KubePodSource:
         except (ApiException, HTTPError, OSError) as exc:
             raise PodRunnerError(f"cannot annotate pod {key}: {exc}") from exc
 
+    def release_pod(self, key: PodKey) -> None:
+        # What the kubelet does once a pod's containers have stopped: the final delete. The
+        # uid precondition keeps it from deleting a namesake pod.
+        body = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=key.uid)
+        )
+        try:
+            self._core.delete_namespaced_pod(
+                key.name, key.namespace, body=body, _request_timeout=_REQUEST_TIMEOUT_S
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):  # gone already, or a namesake: nothing of ours left
+                return
+            raise PodRunnerError(f"cannot delete pod {key}: {exc}") from exc
+        except (HTTPError, OSError) as exc:
+            raise PodRunnerError(f"cannot delete pod {key}: {exc}") from exc
+
     def close(self) -> None:
         self._api.close()

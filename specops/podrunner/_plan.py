@@ -9,7 +9,8 @@ the API server as the ``specops.io/engine-ready`` annotation, which kwok's stage
 into the pod's Ready condition (see ``specops.cluster``).
 
 A pod that goes stops as the kubelet stops it (``stop_times``): each container's preStop
-hook first, SIGTERM when the hook ends, SIGKILL when the pod's grace period ends.
+hook first, SIGTERM when the hook ends, SIGKILL when the pod's grace period ends. Then, and
+only then, the runner deletes the Terminating pod for good (``released_pods``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "plan_actions",
     "probed",
     "readiness_marks",
+    "released_pods",
     "restart_backoff_s",
     "stop_times",
     "wanted_pods",
@@ -153,5 +155,23 @@ def readiness_marks(
             if pod.key in ready
             and pod.metadata.annotations.get(ENGINE_READY_ANNOTATION)
             != ("true" if ready[pod.key] else "false")
+        )
+    )
+
+
+def released_pods(
+    pods: Iterable[Pod], nodes: Collection[str], holding: Collection[PodKey]
+) -> tuple[PodKey, ...]:
+    """The Terminating pods to delete for good: claimed by a runner (annotated), on one of
+    ``nodes``, and with no process of theirs left (not in ``holding``, the pods the runner
+    runs or is still stopping)."""
+    return tuple(
+        sorted(
+            pod.key
+            for pod in pods
+            if pod.metadata.deletion_timestamp is not None
+            and pod.spec.node_name in nodes
+            and ENGINE_READY_ANNOTATION in pod.metadata.annotations
+            and pod.key not in holding
         )
     )

@@ -108,11 +108,12 @@ class _Spec(_Model):
 
 class _Status(_Model):
     phase: str | None = None
+    pod_ip: str | None = Field(default=None, alias="podIP")
 
 
 class Pod(_Model):
     """A Pod as far as the runner cares: identity, labels, node, containers (with their
-    preStop sleeps), grace period, phase."""
+    preStop sleeps), grace period, phase and IP."""
 
     metadata: _Metadata
     spec: _Spec

@@ -1,6 +1,6 @@
 """What Prometheus sees of the local pods: a file_sd target list and a config that reads it.
 
-Each target is one process (engine or sidecar) on its loopback port, labelled with the
+Each target is one process (engine or sidecar) at its pod's IP and port, labelled with the
 pod's namespace and name, its SpeculativeService and the container it stands in for, the
 labels a PodMonitor would give it in a real cluster.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from specops.podrunner._translate import LOOPBACK, PodLaunch
+from specops.podrunner._translate import PodLaunch
 
 __all__ = ["JOB_NAME", "file_sd_targets", "prometheus_config"]
 
@@ -24,7 +24,7 @@ def file_sd_targets(launches: Iterable[PodLaunch]) -> list[dict[str, Any]]:
     """The file_sd JSON document: one target group per process, in a stable order."""
     groups = [
         {
-            "targets": [f"{LOOPBACK}:{process.port}"],
+            "targets": [process.address],
             "labels": {
                 "namespace": launch.key.namespace,
                 "pod": launch.key.name,

@@ -2,8 +2,9 @@
 
 kwok's pods run nothing. Every ``poll_interval_s`` the runner lists the pods labelled
 ``specops.io/service`` and the fake nodes, plans (``plan_actions``) and applies the plan:
-each wanted pod gets its engine under the simulated engine and its sidecar, on loopback
-ports; a pod that goes away or is replaced (new uid) has its processes stopped. After each
+each wanted pod gets its engine under the simulated engine and its sidecar, on the pod's
+own IP (kwok gives pods loopback addresses) and its containers' ports, as on a real node;
+a pod that goes away or is replaced (new uid) has its processes stopped. After each
 pass it probes every engine's ``/health`` and sidecar's ``/healthz``, rewrites the file_sd
 targets of the Prometheus it may have started, serves a round-robin proxy per service,
 and writes the state file.
@@ -11,7 +12,9 @@ and writes the state file.
 A pod that goes stops as on a real node, in the background while the loop runs on: it
 leaves its service's proxy (its endpoints) at once, each container gets SIGTERM when its
 preStop sleep ends and SIGKILL when the pod's terminationGracePeriodSeconds ends, so an
-engine drains the requests it is serving while its successor loads and turns ready.
+engine drains the requests it is serving while its successor loads and turns ready. The
+pod stays Terminating meanwhile; once its processes have stopped the runner deletes it for
+good, as the kubelet does, and only then may kwok give its IP to another pod.
 
 Those probes are the pods' readiness probes: a pod is ready once all its processes
 answer. The runner writes that to the pod as the ``specops.io/engine-ready`` annotation,
@@ -57,6 +60,7 @@ from specops.podrunner._plan import (
     plan_actions,
     probed,
     readiness_marks,
+    released_pods,
     stop_times,
     wanted_pods,
 )
@@ -67,7 +71,6 @@ from specops.podrunner._state import FailedPod, PodEndpoints, RunnerState, Servi
 from specops.podrunner._translate import (
     LOOPBACK,
     PodLaunch,
-    Ports,
     ProcessSpec,
     SimOptions,
     launch_plan,
@@ -120,6 +123,11 @@ class PodSource(Protocol):
 
     def mark_engine_ready(self, key: PodKey, ready: bool) -> None:
         """Set the pod's ``specops.io/engine-ready`` annotation; raises PodRunnerError."""
+        ...
+
+    def release_pod(self, key: PodKey) -> None:
+        """Delete a Terminating pod for good (its processes have stopped); raises
+        PodRunnerError."""
         ...
 
 
@@ -255,10 +263,18 @@ class PodRunner:
             _log.warning("cannot list pods (keeping what runs): %s", exc)
             return
         pods = [pod for obj in listed if (pod := self._parse(obj)) is not None]
-        wanted = {
+        claimed = {
             k: p
             for k, p in wanted_pods(pods, nodes).items()
             if k not in self._failed and k not in self._stopping
+        }
+        # A pod starts once kwok has given it an address that no other pod's processes hold
+        # (one going away, or still draining).
+        busy = {h.launch.engine.host for h in (*self._pods.values(), *self._held_stopping())}
+        wanted = {
+            k: p
+            for k, p in claimed.items()
+            if k in self._pods or (p.status.pod_ip is not None and p.status.pod_ip not in busy)
         }
         running = {key: held.running() for key, held in self._pods.items()}
         now = time.monotonic()
@@ -274,7 +290,8 @@ class PodRunner:
         self._failed = {k: e for k, e in self._failed.items() if k in listed_keys}
         await self._sync_proxies(session)
         await self._probe(session)
-        await self._mark_readiness(pods)
+        await self._mark_readiness(pods, claimed)
+        await self._release(pods, nodes)
         self._write_targets()
         self._write_state()
 
@@ -327,14 +344,8 @@ class PodRunner:
         self._failed[key] = str(error)
 
     def _start_pod(self, pod: Pod) -> None:
-        engine_port, sidecar_port = free_ports(2)
         try:
-            launch = launch_plan(
-                pod,
-                Ports(engine=engine_port, sidecar=sidecar_port),
-                self.options.sim,
-                self.options.specops_command,
-            )
+            launch = launch_plan(pod, self.options.sim, self.options.specops_command)
             children = self._spawn_all(launch.key, launch.processes)
         except PodRunnerError as exc:
             self._fail(pod.key, exc)
@@ -406,10 +417,11 @@ class PodRunner:
 
         await asyncio.gather(*(probe(held) for held in self._pods.values()))
 
-    async def _mark_readiness(self, pods: Sequence[Pod]) -> None:
-        """Tell the API server which pods are ready; a pod that failed to run is not."""
-        ready = {key: held.ready for key, held in self._pods.items()}
-        ready |= dict.fromkeys(self._failed, False)
+    async def _mark_readiness(self, pods: Sequence[Pod], claimed: Mapping[PodKey, Pod]) -> None:
+        """Tell the API server which pods are ready: a pod not started yet (waiting for its
+        address) or that failed to run is not, and is claimed by saying so."""
+        ready = dict.fromkeys(claimed, False) | dict.fromkeys(self._failed, False)
+        ready |= {key: held.ready for key, held in self._pods.items()}
         for key, value in readiness_marks(pods, ready):
             try:
                 await asyncio.to_thread(self.source.mark_engine_ready, key, value)
@@ -417,6 +429,17 @@ class PodRunner:
                 _log.warning("%s (retrying on the next pass)", exc)
                 continue
             _log.info("%s: %s", key, "ready" if value else "not ready")
+
+    async def _release(self, pods: Sequence[Pod], nodes: frozenset[str]) -> None:
+        """Delete for good the Terminating pods whose processes have all stopped."""
+        holding = {*self._pods, *self._stopping}
+        for key in released_pods(pods, nodes, holding):
+            try:
+                await asyncio.to_thread(self.source.release_pod, key)
+            except PodRunnerError as exc:
+                _log.warning("%s (retrying on the next pass)", exc)
+                continue
+            _log.info("%s: deleted (its processes have stopped)", key)
 
     # -- proxies -------------------------------------------------------------------
     def _ready_engines(self, namespace: str, service: str) -> list[str]:

@@ -2,15 +2,18 @@
 
 The engine container's ``vllm serve ...`` becomes ``specops sim serve ...`` with the same
 arguments, so the ``--speculative-config`` the operator wrote is the one the simulated
-engine runs; only ``--host``/``--port`` change, to a loopback port of the runner's
-choosing. The sidecar's ``specops sidecar ...`` keeps its arguments too, with
-``--engine-url`` pointed at that engine and its own ``--port`` moved likewise. What the
+engine runs; only ``--host`` changes, to the pod's own IP (kwok hands pods loopback
+addresses, 127.0.0.0/8), so the engine listens where a real pod's would: pod IP, the
+container's ``--port`` (vLLM's default 8000). The sidecar's ``specops sidecar ...`` keeps
+its arguments too (its port, 9090 by default), on the pod's IP, with ``--engine-url``
+pointed at the pod's engine. What the
 simulation needs beyond vLLM's flags (hardware profile, workload, load delay) comes from
 the runner's options, overridden per pod by annotations.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -31,7 +34,6 @@ __all__ = [
     "STARTUP_DELAY_ANNOTATION",
     "WORKLOAD_ANNOTATION",
     "PodLaunch",
-    "Ports",
     "ProcessSpec",
     "SimOptions",
     "launch_plan",
@@ -41,6 +43,9 @@ PROFILE_ANNOTATION = "specops.io/sim-profile"
 WORKLOAD_ANNOTATION = "specops.io/sim-workload"
 STARTUP_DELAY_ANNOTATION = "specops.io/sim-startup-delay"
 LOOPBACK = "127.0.0.1"
+# The ports the containers listen on when their args name none: vLLM's and the sidecar's.
+ENGINE_DEFAULT_PORT = 8000
+SIDECAR_DEFAULT_PORT = 9090
 
 # Ways a container can start vLLM's OpenAI server; the image's entrypoint is the last one.
 _ENGINE_PREFIXES: tuple[tuple[str, ...], ...] = (
@@ -84,14 +89,6 @@ class SimOptions:
 
 
 @dataclass(frozen=True)
-class Ports:
-    """The loopback ports chosen for one pod's processes."""
-
-    engine: int
-    sidecar: int
-
-
-@dataclass(frozen=True)
 class ProcessSpec:
     """One local process standing in for one of the pod's containers."""
 
@@ -99,14 +96,20 @@ class ProcessSpec:
     role: Role
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    host: str
     port: int
     health_path: str
     pre_stop_s: float = 0.0
     probe: ReadinessProbe = field(default_factory=ReadinessProbe)
 
     @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.address}"
 
 
 @dataclass(frozen=True)
@@ -175,15 +178,44 @@ def _one(pod: Pod, role: Role, required: bool) -> tuple[Container, tuple[str, ..
     return found[0] if found else None
 
 
-def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str]) -> PodLaunch:
-    """The processes for ``pod``: its engine container under the simulated engine and, if it
-    has one, its sidecar; ``specops`` is how to invoke the ``specops`` command."""
+def _loopback_ip(pod: Pod) -> str:
+    """The pod's IP, which must be on loopback: the runner serves the pod there."""
+    ip = pod.status.pod_ip
+    if ip is None:
+        raise PodRunnerError(f"pod {pod.key}: has no IP yet")
+    try:
+        loopback = ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise PodRunnerError(
+            f"pod {pod.key}: its IP {ip} is not on loopback (127.0.0.0/8); the runner serves "
+            "pods only on this machine: give the fake nodes loopback podCIDRs"
+        )
+    return ip
+
+
+def _port(pod: Pod, args: Sequence[str], default: int) -> int:
+    text = flag_value(args, "--port")
+    if text is None:
+        return default
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise PodRunnerError(f"pod {pod.key}: --port {text!r} is not a port number")
+    return int(text)
+
+
+def launch_plan(pod: Pod, sim: SimOptions, specops: Sequence[str]) -> PodLaunch:
+    """The processes for ``pod``, on its own IP: its engine container under the simulated
+    engine and, if it has one, its sidecar; ``specops`` is how to invoke the ``specops``
+    command."""
     if pod.service is None or pod.spec.node_name is None:
         raise PodRunnerError(f"pod {pod.key}: needs the specops.io/service label and a node")
+    host = _loopback_ip(pod)
     found = _one(pod, "engine", required=True)
     assert found is not None
     engine_container, engine_args = found
     options = sim.for_pod(pod.metadata.annotations)
+    engine_port = _port(pod, engine_args, ENGINE_DEFAULT_PORT)
     engine = ProcessSpec(
         container=engine_container.name,
         role="engine",
@@ -192,12 +224,13 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
             "sim",
             "serve",
             *_without(engine_args, frozenset({"--host", "--port"})),
-            *("--host", LOOPBACK, "--port", str(ports.engine)),
+            *("--host", host, "--port", str(engine_port)),
             *("--profile", options.profile, "--workload", options.workload),
             *("--startup-delay", str(options.startup_delay_s)),
         ),
         env=tuple(sorted(container_env(pod, engine_container).items())),
-        port=ports.engine,
+        host=host,
+        port=engine_port,
         health_path="/health",
         pre_stop_s=engine_container.pre_stop_sleep_s,
         probe=engine_container.readiness_probe,
@@ -206,6 +239,9 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
     found_sidecar = _one(pod, "sidecar", required=False)
     if found_sidecar is not None:
         container, args = found_sidecar
+        sidecar_port = _port(pod, args, SIDECAR_DEFAULT_PORT)
+        if sidecar_port == engine_port:
+            raise PodRunnerError(f"pod {pod.key}: engine and sidecar both on port {engine_port}")
         sidecar = ProcessSpec(
             container=container.name,
             role="sidecar",
@@ -213,10 +249,11 @@ def launch_plan(pod: Pod, ports: Ports, sim: SimOptions, specops: Sequence[str])
                 *specops,
                 "sidecar",
                 *_without(args, frozenset({"--engine-url", "--host", "--port"})),
-                *("--engine-url", engine.url, "--host", LOOPBACK, "--port", str(ports.sidecar)),
+                *("--engine-url", engine.url, "--host", host, "--port", str(sidecar_port)),
             ),
             env=tuple(sorted(container_env(pod, container).items())),
-            port=ports.sidecar,
+            host=host,
+            port=sidecar_port,
             health_path="/healthz",
             pre_stop_s=container.pre_stop_sleep_s,
             probe=container.readiness_probe,

@@ -118,11 +118,20 @@ def _engine_args(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) 
     config = vllm_speculative_config(spec, speculation)
     if config is not None:
         args += ["--speculative-config", config.to_json()]
-    return args + list(engine.extra_args)
+    return [_kubelet_literal(arg) for arg in [*args, *engine.extra_args]]
+
+
+def _kubelet_literal(text: str) -> str:
+    """``text`` as the container must see it: the kubelet expands ``$(VAR)`` in command,
+    args and env values (``servedModelName: "$(HF_TOKEN)"`` would publish the token in
+    ``/v1/models``), and ``$$`` is its escape for a literal ``$``."""
+    return text.replace("$", "$$")
 
 
 def _engine_env(spec: SpeculativeServiceSpec) -> list[Obj]:
-    env: list[Obj] = [{"name": "HF_HOME", "value": spec.engine.model_cache.mount_path}]
+    env: list[Obj] = [
+        {"name": "HF_HOME", "value": _kubelet_literal(spec.engine.model_cache.mount_path)}
+    ]
     token = spec.engine.hf_token_secret
     if token is not None:
         env.append(
@@ -131,7 +140,12 @@ def _engine_env(spec: SpeculativeServiceSpec) -> list[Obj]:
                 "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
             }
         )
-    return env + [var.model_dump(by_alias=True, exclude_none=True) for var in spec.engine.env]
+    for var in spec.engine.env:
+        rendered = var.model_dump(by_alias=True, exclude_none=True)
+        if "value" in rendered:
+            rendered["value"] = _kubelet_literal(rendered["value"])
+        env.append(rendered)
+    return env
 
 
 def _engine_resources(spec: SpeculativeServiceSpec) -> Obj:
@@ -191,7 +205,7 @@ def _sidecar_container(
         name,
     ]
     if spec.metrics.source == "Prometheus" and spec.metrics.prometheus_url is not None:
-        args += ["--prometheus-url", spec.metrics.prometheus_url]
+        args += ["--prometheus-url", _kubelet_literal(spec.metrics.prometheus_url)]
     args += [
         "--scrape-interval",
         str(spec.metrics.scrape_interval_seconds),

@@ -17,8 +17,6 @@ from specops.vllm import (
     VllmMethod,
 )
 
-WHEEL_DIR = Path("/root/.cache/specops/vllm")
-
 
 def test_round_trip_is_compact_and_sorted() -> None:
     config = SpeculativeConfig(
@@ -62,11 +60,8 @@ def test_hyphenated_keys_and_deprecated_mtp_names_are_accepted() -> None:
     assert SpeculativeConfig(model="org/draft").canonical_method == "draft_model"
 
 
-def _wheel_literal(name: str) -> set[str]:
-    wheels = sorted(WHEEL_DIR.glob("vllm-0.33.0-*.whl"))
-    if not wheels:
-        pytest.skip("vllm 0.33.0 wheel not cached")
-    with zipfile.ZipFile(wheels[0]) as wheel:
+def _wheel_literal(wheel_path: Path, name: str) -> set[str]:
+    with zipfile.ZipFile(wheel_path) as wheel:
         tree = ast.parse(wheel.read("vllm/config/speculative.py"))
     literals: dict[str, set[str]] = {}
     for node in tree.body:
@@ -83,7 +78,7 @@ def _wheel_literal(name: str) -> set[str]:
     return literals[name]
 
 
-def test_method_names_match_the_wheel() -> None:
-    assert set(get_args(VllmMethod)) == _wheel_literal("SpeculativeMethod")
-    assert _wheel_literal("MTPModelTypes") - {"mtp"} == DEPRECATED_MTP_METHODS
-    assert set(SPECULATION_METHODS) <= _wheel_literal("SpeculativeMethod")
+def test_method_names_match_the_wheel(vllm_wheel: Path) -> None:
+    assert set(get_args(VllmMethod)) == _wheel_literal(vllm_wheel, "SpeculativeMethod")
+    assert _wheel_literal(vllm_wheel, "MTPModelTypes") - {"mtp"} == DEPRECATED_MTP_METHODS
+    assert set(SPECULATION_METHODS) <= _wheel_literal(vllm_wheel, "SpeculativeMethod")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -11,16 +12,21 @@ import jq
 import pytest
 import yaml
 
+from specops.cluster._cluster import ClusterOptions
 from specops.cluster._config import (
     ENGINE_READY_ANNOTATION,
     GPU_RESOURCE,
     GPU_TAINT,
+    LOOPBACK_CIDR,
+    POD_CIDR_FALLBACK,
+    SERVICE_CIDR,
     UNCLAIMED_READY_S,
     Binaries,
     ClientCredentials,
     Ports,
     fake_node,
     kwok_config,
+    node_pod_cidr,
     render_kubeconfig,
     startup_waves,
 )
@@ -118,7 +124,7 @@ def test_credentials_need_exactly_one_method(kwargs: dict[str, object]) -> None:
 
 
 def test_gpu_node_has_gpus_labels_and_taint() -> None:
-    node = fake_node("kwok-gpu-0", 8)
+    node = fake_node("kwok-gpu-0", 8, "127.1.0.0/16")
     assert node["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
     assert node["status"]["capacity"][GPU_RESOURCE] == "8"
     assert node["status"]["allocatable"][GPU_RESOURCE] == "8"
@@ -127,7 +133,7 @@ def test_gpu_node_has_gpus_labels_and_taint() -> None:
 
 
 def test_cpu_node_has_no_gpus_and_no_taint() -> None:
-    node = fake_node("kwok-cpu-0", 0)
+    node = fake_node("kwok-cpu-0", 0, "127.2.0.0/16")
     assert GPU_RESOURCE not in node["status"]["capacity"]
     assert "taints" not in node["spec"]
     assert "nvidia.com/gpu.present" not in node["metadata"]["labels"]
@@ -227,6 +233,12 @@ def _pod(
         (_pod(phase="Running", ready="True", engine="true"), []),
         (_pod(phase="Running", ready="True", engine="false"), ["specops-engine-unready"]),
         (_pod(phase="Running", ready="True", deleting=True), ["pod-delete"]),
+        # A claimed pod is the runner's to delete for good, once its processes have stopped.
+        (
+            _pod(phase="Running", ready="True", engine="true", deleting=True),
+            ["specops-pod-delete-claimed"],
+        ),
+        (_pod(engine="false", deleting=True), ["specops-pod-delete-claimed"]),
     ],
 )
 def test_claimed_served_pods_are_ready_only_while_their_engine_is(
@@ -235,14 +247,18 @@ def test_claimed_served_pods_are_ready_only_while_their_engine_is(
     assert _stages_for(pod) == stages
 
 
-def test_only_the_fallback_for_unclaimed_pods_waits() -> None:
+def test_only_the_fallbacks_for_pods_no_runner_handles_wait() -> None:
     delays = {
-        s["metadata"]["name"]: s["spec"]["delay"]["durationMilliseconds"]
+        s["metadata"]["name"]: s["spec"]["delay"]
         for s in yaml.safe_load_all(kwok_config(KWOK_POD_STAGES))
         if s["metadata"]["name"].startswith("specops-")
     }
-    assert delays.pop("specops-pod-unclaimed") == UNCLAIMED_READY_S * 1000 > 0
-    assert set(delays.values()) == {0}
+    assert delays.pop("specops-pod-unclaimed") == {"durationMilliseconds": UNCLAIMED_READY_S * 1000}
+    # The kubelet's deadline: the end of the grace period, which the API server wrote.
+    assert delays.pop("specops-pod-delete-claimed") == {
+        "durationFrom": {"expressionFrom": ".metadata.deletionTimestamp"}
+    }
+    assert list(delays.values()) == [{"durationMilliseconds": 0}] * 3
 
 
 def test_served_pod_stages_start_running_then_follow_readiness() -> None:
@@ -250,7 +266,7 @@ def test_served_pod_stages_start_running_then_follow_readiness() -> None:
     flags = {
         name: by_name[name]["spec"]["next"]["statusTemplate"].splitlines()[0]
         for name in by_name
-        if name.startswith("specops-")
+        if name.startswith("specops-") and "statusTemplate" in by_name[name]["spec"]["next"]
     }
     assert flags == {
         "specops-pod-unclaimed": "{{ $start := true }}{{ $ready := true }}",
@@ -272,9 +288,43 @@ def test_kwok_config_is_one_stream_of_all_stages() -> None:
         "specops-pod-start",
         "specops-engine-ready",
         "specops-engine-unready",
+        "specops-pod-delete-claimed",
     ]
 
 
-def test_kwok_config_without_kwoks_pod_ready_stage_is_refused() -> None:
-    with pytest.raises(ClusterError, match="no 'pod-ready' stage"):
-        kwok_config(("kind: Stage\nmetadata: {name: a}",))
+@pytest.mark.parametrize("missing", ["pod-ready", "pod-delete"])
+def test_kwok_config_without_one_of_kwoks_pod_stages_is_refused(missing: str) -> None:
+    kept = tuple(s for s in KWOK_POD_STAGES if f"name: {missing}}}" not in s)
+    with pytest.raises(ClusterError, match=f"no '{missing}' stage"):
+        kwok_config(("kind: Stage\nmetadata: {name: a}", *kept))
+
+
+def _addresses(argv: tuple[str, ...]) -> list[str]:
+    """Every IP address or CIDR on a command line."""
+    return re.findall(r"\b\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?\b", " ".join(argv))
+
+
+def test_every_address_and_range_of_the_cluster_is_on_loopback_but_the_service_range(
+    tmp_path: Path,
+) -> None:
+    loopback = ipaddress.ip_network(LOOPBACK_CIDR)
+    ranges = [a for argv in _flat(tmp_path) for a in _addresses(argv)]
+    nodes = ClusterOptions(gpu_nodes=64, cpu_nodes=2).node_manifests()
+    ranges += [cidr for node in nodes for cidr in node["spec"]["podCIDRs"]]
+    ranges.append(POD_CIDR_FALLBACK)
+    # The ClusterIP range is the API server's to allocate from and is never dialled.
+    off = {r for r in ranges if not ipaddress.ip_network(r, strict=False).subnet_of(loopback)}
+    assert off == {SERVICE_CIDR}
+    assert "--cidr=" + POD_CIDR_FALLBACK in _flat(tmp_path)[4]
+    assert "--node-ip=127.0.0.1" in _flat(tmp_path)[4]
+
+
+def test_each_node_hands_out_pod_ips_from_a_range_of_its_own() -> None:
+    nodes = ClusterOptions(gpu_nodes=3, cpu_nodes=1).node_manifests()
+    cidrs = [node["spec"]["podCIDR"] for node in nodes]
+    assert cidrs == ["127.1.0.0/16", "127.2.0.0/16", "127.3.0.0/16", "127.4.0.0/16"]
+    assert [node["spec"]["podCIDRs"] for node in nodes] == [[c] for c in cidrs]
+    networks = [ipaddress.ip_network(c) for c in [*cidrs, POD_CIDR_FALLBACK]]
+    assert not any(a.overlaps(b) for i, a in enumerate(networks) for b in networks[i + 1 :])
+    with pytest.raises(ClusterError, match="at most 254 fake nodes, got 255"):
+        node_pod_cidr(254)

@@ -17,7 +17,6 @@ from specops.vllm import (
     SpeculativeConfig,
     VllmMethod,
     bucket_bounds,
-    ensure_wheel,
     release_bucket_families,
     release_finish_reasons,
     release_metrics,
@@ -28,8 +27,8 @@ from specops.vllm._metrics import request_tokens_buckets
 
 
 @pytest.fixture(scope="module")
-def wheel() -> Path:
-    return ensure_wheel()
+def wheel(vllm_wheel: Path) -> Path:
+    return vllm_wheel
 
 
 def _exported_page() -> dict[str, tuple[str, set[str]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -66,6 +67,11 @@ def test_demo_service_is_the_example_tuned_for_minutes_and_still_valid() -> None
     assert parsed.spec.engine.hf_token_secret is None
     assert parsed.spec.policy.evaluation_window_seconds == 40
     assert parsed.spec.policy.min_dwell_seconds == 60
+    assert parsed.spec.metrics.source == "Direct"
+    assert parsed.spec.metrics.prometheus_url is None
+    assert parsed.spec.metrics.scrape_interval_seconds == 2
+    prometheus = replace(options, metrics_source="Prometheus")
+    parsed = parse_service(demo_service(example, prometheus, "http://127.0.0.1:9999"))
     assert parsed.spec.metrics.source == "Prometheus"
     assert parsed.spec.metrics.prometheus_url == "http://127.0.0.1:9999"
     assert example["metadata"]["namespace"] == "default"  # the input is left alone

@@ -29,9 +29,11 @@ def pod_of(
     uid: str = "uid-1",
     node: str | None = "kwok-gpu-0",
     phase: str = "Running",
+    ip: str | None = "127.200.0.1",
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pod of ``deployment`` as the scheduler and kwok leave it."""
+    """A pod of ``deployment`` as the scheduler and kwok leave it, with a loopback IP as the
+    local cluster's nodes hand out."""
     template = copy.deepcopy(deployment["spec"]["template"])
     metadata = {
         **template["metadata"],
@@ -46,5 +48,5 @@ def pod_of(
         "kind": "Pod",
         "metadata": metadata,
         "spec": spec,
-        "status": {"phase": phase},
+        "status": {"phase": phase, **({"podIP": ip} if ip else {})},
     }

@@ -17,6 +17,7 @@ from specops.podrunner import (
     plan_actions,
     probed,
     readiness_marks,
+    released_pods,
     restart_backoff_s,
     stop_times,
     wanted_pods,
@@ -47,6 +48,26 @@ def test_only_labelled_scheduled_live_pods_on_fake_nodes_are_wanted() -> None:
     ]
     wanted = wanted_pods([parse_pod(p) for p in pods], NODES)
     assert sorted(key.name for key in wanted) == ["a", "b"]
+
+
+def test_terminating_claimed_pods_are_released_once_nothing_of_theirs_runs() -> None:
+    claimed = {ENGINE_READY_ANNOTATION: "false"}
+
+    def terminating(name: str, **changes: Any) -> Any:
+        pod = _pod(name, **changes)
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return pod
+
+    pods = [
+        terminating("stopped", annotations=claimed),
+        terminating("draining", annotations=claimed),
+        terminating("unclaimed"),  # kwok's own pod-delete stage deletes it
+        terminating("elsewhere", node="real-node", annotations=claimed),
+        _pod("live", annotations=claimed),
+    ]
+    parsed = [parse_pod(p) for p in pods]
+    holding = {p.key for p in parsed if p.metadata.name in ("draining", "live")}
+    assert [k.name for k in released_pods(parsed, NODES, holding)] == ["stopped"]
 
 
 def test_new_pods_start_and_gone_pods_stop() -> None:

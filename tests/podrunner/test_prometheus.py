@@ -12,7 +12,6 @@ import yaml
 from specops.podrunner import (
     JOB_NAME,
     PodLaunch,
-    Ports,
     SimOptions,
     file_sd_targets,
     launch_plan,
@@ -22,22 +21,23 @@ from specops.podrunner import (
 from tests.podrunner.pods import llama_deployment, pod_of
 
 
-def _launch(name: str, ports: Ports) -> PodLaunch:
-    return launch_plan(parse_pod(pod_of(llama_deployment("ns"), name)), ports, SimOptions(), ("s",))
+def _launch(name: str, ip: str) -> PodLaunch:
+    pod = pod_of(llama_deployment("ns"), name, ip=ip)
+    return launch_plan(parse_pod(pod), SimOptions(), ("s",))
 
 
-def test_every_process_is_a_target_with_the_pods_labels() -> None:
-    launches = [_launch("llama-b", Ports(3, 4)), _launch("llama-a", Ports(1, 2))]
+def test_every_process_is_a_target_at_its_pods_address_with_the_pods_labels() -> None:
+    launches = [_launch("llama-b", "127.200.0.2"), _launch("llama-a", "127.200.0.1")]
     assert file_sd_targets(launches) == [
         {
-            "targets": [f"127.0.0.1:{port}"],
+            "targets": [target],
             "labels": {"namespace": "ns", "pod": pod, "service": "llama", "container": container},
         }
-        for pod, container, port in [
-            ("llama-a", "specops-sidecar", 2),
-            ("llama-a", "vllm", 1),
-            ("llama-b", "specops-sidecar", 4),
-            ("llama-b", "vllm", 3),
+        for pod, container, target in [
+            ("llama-a", "specops-sidecar", "127.200.0.1:9090"),
+            ("llama-a", "vllm", "127.200.0.1:8000"),
+            ("llama-b", "specops-sidecar", "127.200.0.2:9090"),
+            ("llama-b", "vllm", "127.200.0.2:8000"),
         ]
     ]
 

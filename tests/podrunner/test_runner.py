@@ -43,6 +43,7 @@ class ListSource:
         self.items: list[dict[str, Any]] = []
         self.failing = False
         self.marks: list[tuple[str, bool]] = []
+        self.released: list[str] = []
 
     def pods(self) -> Sequence[Mapping[str, Any]]:
         if self.failing:
@@ -56,6 +57,10 @@ class ListSource:
         (item,) = (i for i in self.items if i["metadata"]["uid"] == key.uid)
         item["metadata"]["annotations"][ENGINE_READY_ANNOTATION] = "true" if ready else "false"
         self.marks.append((key.name, ready))
+
+    def release_pod(self, key: PodKey) -> None:
+        self.items = [i for i in self.items if i["metadata"]["uid"] != key.uid]
+        self.released.append(key.name)
 
 
 async def _until(done: Callable[[], bool], what: str) -> None:
@@ -196,7 +201,7 @@ async def test_a_replaced_pod_finishes_the_request_it_serves_while_its_successor
 
     # The rollout: the old pod goes, a new one comes; the runner's loop keeps going while
     # the old engine drains, so the new pod is probed and marked ready meanwhile.
-    harness.source.items = [pod_of(deployment, "llama-new", uid="new")]
+    harness.source.items = [pod_of(deployment, "llama-new", uid="new", ip="127.200.0.2")]
     await _until(lambda: [p.pod for p in harness.state().stopping] == ["llama-old"], "a drain")
     await _until(lambda: harness.ready(1) and not stream.done(), "the new pod, ready first")
     assert harness.state().pods[0].pod == "llama-new"
@@ -209,6 +214,42 @@ async def test_a_replaced_pod_finishes_the_request_it_serves_while_its_successor
     stopped = [r.getMessage() for r in caplog.records if "ns/llama-old: stopped" in r.getMessage()]
     assert len(stopped) == 1
     assert "'vllm': 0" in stopped[0]
+
+
+async def test_a_deleted_pod_is_released_once_stopped_and_its_address_then_serves_its_successor(
+    harness: Harness,
+) -> None:
+    deployment = llama_deployment("ns")
+    harness.source.items = [pod_of(deployment, "llama-old", uid="old")]
+    await _until(lambda: harness.ready(1), "the old pod to be ready")
+    (old,) = harness.state().pods
+    assert old.engine_url == "http://127.200.0.1:8000"
+    assert old.sidecar_url == "http://127.200.0.1:9090"
+
+    # Deleted: Terminating, as the API server leaves it for the kubelet. A successor that got
+    # the same address (an IP is handed out again once free) and one still without an IP.
+    terminating = harness.source.items[0]
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    successor = pod_of(deployment, "llama-next", uid="next")
+    unaddressed = pod_of(deployment, "llama-later", uid="later", ip=None)
+    harness.source.items = [terminating, successor, unaddressed]
+    await _until(lambda: [p.pod for p in harness.state().stopping] == ["llama-old"], "a drain")
+    # Both claimed at once (not ready), neither started while the old pod's processes live.
+    await _until(
+        lambda: {("llama-next", False), ("llama-later", False)} <= set(harness.source.marks),
+        "the waiting pods claimed",
+    )
+    assert not harness.state().pods
+    assert harness.source.released == []
+
+    await _until(lambda: harness.source.released == ["llama-old"], "the old pod released")
+    assert not any(_alive(pid) for pid in old.pids.values())
+    await _until(lambda: harness.ready(1), "the successor to be ready")
+    (pod,) = harness.state().pods
+    assert (pod.pod, pod.engine_url) == ("llama-next", "http://127.200.0.1:8000")
+
+    unaddressed["status"]["podIP"] = "127.200.0.2"
+    await _until(lambda: harness.ready(2), "the later pod, once addressed, to be ready")
 
 
 def _generated(engine_url: str) -> float:

@@ -13,7 +13,6 @@ from specops.podrunner import (
     WORKLOAD_ANNOTATION,
     PodLaunch,
     PodRunnerError,
-    Ports,
     SimOptions,
     container_env,
     expand,
@@ -23,7 +22,6 @@ from specops.podrunner import (
 from tests.podrunner.pods import llama_deployment, pod_of
 
 SPECOPS = ("/venv/bin/specops",)
-PORTS = Ports(engine=41001, sidecar=41002)
 
 
 def _flag(argv: tuple[str, ...], flag: str) -> list[str]:
@@ -31,7 +29,7 @@ def _flag(argv: tuple[str, ...], flag: str) -> list[str]:
 
 
 def _launch(pod: dict[str, Any], sim: SimOptions | None = None) -> PodLaunch:
-    return launch_plan(parse_pod(pod), PORTS, sim or SimOptions(), SPECOPS)
+    return launch_plan(parse_pod(pod), sim or SimOptions(), SPECOPS)
 
 
 def test_engine_runs_the_pods_own_args_under_the_simulated_engine() -> None:
@@ -46,9 +44,10 @@ def test_engine_runs_the_pods_own_args_under_the_simulated_engine() -> None:
     assert json.loads(config)["num_speculative_tokens"] == 3
     for flag in ("--served-model-name", "--max-num-seqs", "--max-model-len", "--shutdown-timeout"):
         assert _flag(argv, flag) == [written[written.index(flag) + 1]]
-    assert _flag(argv, "--port") == ["41001"]
-    assert _flag(argv, "--host") == ["127.0.0.1"]
-    assert launch.engine.url == "http://127.0.0.1:41001"
+    # On the pod's own address, at the port its args name, as a real pod listens.
+    assert _flag(argv, "--port") == ["8000"]
+    assert _flag(argv, "--host") == ["127.200.0.1"]
+    assert launch.engine.url == "http://127.200.0.1:8000"
     assert (launch.key.namespace, launch.service, launch.node) == ("team-a", "llama", "kwok-gpu-0")
 
 
@@ -83,14 +82,14 @@ def test_readiness_probe_timing_comes_from_the_pod_with_kubelet_defaults() -> No
     assert (launch.sidecar.probe.timeout_s, launch.sidecar.probe.failure_threshold) == (1, 3)
 
 
-def test_sidecar_keeps_its_args_with_the_engine_url_and_port_moved() -> None:
+def test_sidecar_keeps_its_args_and_port_with_the_engine_url_on_the_pods_address() -> None:
     launch = _launch(pod_of(llama_deployment("team-a"), "llama-x-1"))
     assert launch.sidecar is not None
     argv = launch.sidecar.argv
     assert argv[:2] == (*SPECOPS, "sidecar")
-    assert _flag(argv, "--engine-url") == ["http://127.0.0.1:41001"]
-    assert _flag(argv, "--port") == ["41002"]
-    assert _flag(argv, "--host") == ["127.0.0.1"]
+    assert _flag(argv, "--engine-url") == ["http://127.200.0.1:8000"]
+    assert _flag(argv, "--port") == ["9090"]
+    assert _flag(argv, "--host") == ["127.200.0.1"]
     # $(POD_NAME) is expanded from the fieldRef, as the kubelet does.
     assert _flag(argv, "--pod") == ["llama-x-1"]
     assert _flag(argv, "--namespace") == ["team-a"]
@@ -129,21 +128,21 @@ def _with_engine(command: list[str], args: list[str], image: str = "vllm/vllm-op
 
 
 @pytest.mark.parametrize(
-    ("command", "args"),
+    ("command", "args", "port"),
     [
-        (["vllm"], ["serve", "m", "--port=8000", "--speculative-config={}"]),
-        (["python3", "-m", "vllm.entrypoints.openai.api_server"], ["--model", "m", "--port", "1"]),
-        ([], ["--model", "m", "--port", "8000", "--host", "0.0.0.0"]),
+        (["vllm"], ["serve", "m", "--port=8001", "--speculative-config={}"], "8001"),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"], ["--model", "m"], "8000"),
+        ([], ["--model", "m", "--port", "8000", "--host", "0.0.0.0"], "8000"),
     ],
 )
 def test_every_way_of_starting_vllms_server_is_recognised(
-    command: list[str], args: list[str]
+    command: list[str], args: list[str], port: str
 ) -> None:
     argv = _launch(_with_engine(command, args)).engine.argv
     assert argv[:3] == (*SPECOPS, "sim", "serve")
     assert not [t for t in argv if t.startswith("--port=")]
-    assert _flag(argv, "--port") == ["41001"]
-    assert _flag(argv, "--host") == ["127.0.0.1"]
+    assert _flag(argv, "--port") == [port]
+    assert _flag(argv, "--host") == ["127.200.0.1"]
 
 
 def test_a_pod_without_a_vllm_server_is_refused_naming_its_containers() -> None:
@@ -166,6 +165,26 @@ def test_a_pod_without_sidecar_runs_the_engine_alone() -> None:
     launch = _launch(pod)
     assert launch.sidecar is None
     assert launch.processes == (launch.engine,)
+
+
+@pytest.mark.parametrize("ip", ["10.0.0.1", "192.168.1.7", "::ffff:10.0.0.1", "not-an-ip"])
+def test_a_pod_whose_ip_is_off_loopback_is_refused_naming_it(ip: str) -> None:
+    with pytest.raises(PodRunnerError, match=f"its IP {ip} is not on loopback"):
+        _launch(pod_of(llama_deployment(), ip=ip))
+
+
+def test_an_ipv6_loopback_pod_is_served() -> None:
+    assert _launch(pod_of(llama_deployment(), ip="::1")).engine.url == "http://[::1]:8000"
+
+
+def test_a_pod_without_an_ip_cannot_be_launched() -> None:
+    with pytest.raises(PodRunnerError, match="no IP yet"):
+        _launch(pod_of(llama_deployment(), ip=None))
+
+
+def test_a_port_that_is_no_number_is_refused() -> None:
+    with pytest.raises(PodRunnerError, match="'http' is not a port"):
+        _launch(_with_engine(["vllm"], ["serve", "m", "--port", "http"]))
 
 
 def test_an_unscheduled_pod_cannot_be_launched() -> None:

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from specops.api import SpeculativeConfigStatus, parse_service, parse_spec
 from specops.cli import main
 from specops.errors import SpecValidationError
+from specops.podrunner import container_env, expand, parse_pod
 from specops.render import (
     HASH_ANNOTATION,
     PRE_STOP_SLEEP_SECONDS,
@@ -30,6 +31,7 @@ from specops.render import (
     vllm_speculative_config,
 )
 from specops.vllm import SpeculativeConfig
+from tests.podrunner.pods import pod_of
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 SPEC: dict[str, Any] = {
@@ -322,3 +324,26 @@ def test_a_data_parallel_size_that_is_no_integer_names_the_field(
     body["spec"]["engine"]["extraArgs"] = extra
     with pytest.raises(SpecValidationError, match=rf"spec\.engine\.extraArgs: {given}"):
         data_parallel_size(parse_service(body).spec)
+
+
+def test_dollar_references_reach_the_container_literally_not_expanded_by_the_kubelet() -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["servedModelName"] = "$(HF_TOKEN)"
+    spec["engine"]["extraArgs"] = ["--chat-template=$(HF_TOKEN)$$x"]
+    spec["engine"]["env"] = [{"name": "GREETING", "value": "$(HF_TOKEN) costs $5"}]
+    spec["metrics"] = {"source": "Prometheus", "prometheusUrl": "http://prom:9090/$(HF_TOKEN)"}
+    pod = parse_pod(pod_of(_render(spec)[0]))
+    engine, sidecar = pod.spec.containers
+    env = container_env(pod, engine) | {"HF_TOKEN": "hf_secret"}
+    # What the process receives once the kubelet has expanded its args and env.
+    args = [expand(token, env) for token in engine.args]
+    assert args[args.index("--served-model-name") + 1] == "$(HF_TOKEN)"
+    assert "--chat-template=$(HF_TOKEN)$$x" in args
+    assert expand(dict((v.name, v.value) for v in engine.env)["GREETING"] or "", env) == (
+        "$(HF_TOKEN) costs $5"
+    )
+    assert not any("hf_secret" in token for token in args)
+    sidecar_args = [expand(t, container_env(pod, sidecar)) for t in sidecar.args]
+    assert "http://prom:9090/$(HF_TOKEN)" in sidecar_args
+    # The operator's own reference is still expanded: the sidecar learns its pod's name.
+    assert sidecar_args[sidecar_args.index("--pod") + 1] == "llama-abc-1"

@@ -1,5 +1,8 @@
-# The specops sidecar, run next to vLLM in every pod. Build from the repository root:
-#   docker build -f sidecar/Dockerfile -t ghcr.io/specops/specops:$VERSION .
+# One image for the operator and for the sidecar in every vLLM pod (the chart's image.repository,
+# which the operator also hands to the pods it renders). Build from the repository root:
+#   docker build -t ghcr.io/specops/specops:$VERSION .
+# The entrypoint is the `specops` command; the chart's operator container passes
+# `operator ...` as its args, the sidecar container sets `command: [specops, sidecar]`.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -17,5 +20,5 @@ RUN pip install . && rm -rf /src
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin specops
 USER 10001
 WORKDIR /
-EXPOSE 9090
-ENTRYPOINT ["specops", "sidecar"]
+EXPOSE 8080 9090
+ENTRYPOINT ["specops"]
