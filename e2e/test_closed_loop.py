@@ -46,6 +46,8 @@ LOW, HIGH = 4, 128
 # a gain that pays for a restart even though this shared machine cannot keep every one of
 # the HIGH requests running at once.
 PROFILE = "llama3.1-8b-h200"
+# The engines' own physics on the same hardware, which the controller is not given.
+TRUTH = "llama3.1-8b-h200-eagle3"
 Obj = dict[str, Any]
 
 
@@ -77,7 +79,7 @@ def runner(cluster: ClusterInfo, tmp_path: Path) -> Iterator[PodRunnerProcess]:
     process = PodRunnerProcess(
         cluster.kubeconfig,
         tmp_path / "podrunner",
-        profile=PROFILE,
+        truth=TRUTH,
         workload="sharegpt",
         startup_delay_s=2.0,
     )

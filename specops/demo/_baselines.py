@@ -60,7 +60,12 @@ def replay_baselines(
     except BenchError as exc:
         raise DemoError(f"the simulated baselines need the benchmark suite: {exc}") from exc
     service = suite.service.model_copy(
-        update={"profile": options.profile, "k_max": k_max, "max_num_seqs": max_num_seqs}
+        update={
+            "profile": options.profile,
+            "truth": options.truth,
+            "k_max": k_max,
+            "max_num_seqs": max_num_seqs,
+        }
     )
     replayed = trace.model_copy(update={"workload": options.workload})
     out = []

@@ -46,7 +46,15 @@ _DEFAULTS = DemoOptions()
     help="A load trace in the format of bench/traces/*.yaml [default: the built-in day].",
 )
 @click.option("--namespace", default=_DEFAULTS.namespace, show_default=True)
-@click.option("--profile", default=_DEFAULTS.profile, show_default=True, help="Sim profile.")
+@click.option(
+    "--profile", default=_DEFAULTS.profile, show_default=True, help="The controller's profile."
+)
+@click.option(
+    "--truth",
+    default=_DEFAULTS.truth,
+    show_default=True,
+    help="The simulated engines' physics (a truth's name or file), which --profile need not match.",
+)
 @click.option("--workload", default=_DEFAULTS.workload, show_default=True, help="Sim workload.")
 @click.option(
     "--startup-delay",
@@ -90,6 +98,7 @@ def demo(
     trace: Path | None,
     namespace: str,
     profile: str,
+    truth: str,
     workload: str,
     startup_delay: float,
     window: int,
@@ -120,6 +129,7 @@ def demo(
         trace=trace,
         namespace=namespace,
         profile=profile,
+        truth=truth,
         workload=workload,
         startup_delay_s=startup_delay,
         window_s=window,

@@ -19,6 +19,9 @@ __all__ = ["DemoOptions", "Step", "demo_service", "plan_steps"]
 class DemoOptions:
     """Everything ``specops demo`` can be told.
 
+    ``profile`` is the controller's belief (the SpeculativeService's performance profile),
+    ``truth`` the simulated engines' own physics, which the controller is not given.
+
     ``window_s`` and ``dwell_s`` are the controller's measurement window and minimum time
     between reconfigurations: seconds here, so a compressed day sees decisions. The H200
     profile is the default because on it shorter drafts pay for a restart at the midday
@@ -32,6 +35,7 @@ class DemoOptions:
     trace: Path | None = None
     namespace: str = "specops-demo"
     profile: str = "llama3.1-8b-h200"
+    truth: str = "llama3.1-8b-h200-eagle3"
     workload: str = "sharegpt"
     startup_delay_s: float = 5.0
     window_s: int = 30

@@ -199,7 +199,7 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
             runner = PodRunnerProcess(
                 kubeconfig,
                 out / "podrunner",
-                profile=options.profile,
+                truth=options.truth,
                 workload=options.workload,
                 startup_delay_s=options.startup_delay_s,
             )

@@ -44,8 +44,8 @@ from specops.podrunner._state import (
     read_state,
 )
 from specops.podrunner._translate import (
-    PROFILE_ANNOTATION,
     STARTUP_DELAY_ANNOTATION,
+    TRUTH_ANNOTATION,
     WORKLOAD_ANNOTATION,
     PodLaunch,
     ProcessSpec,
@@ -56,9 +56,9 @@ from specops.podrunner._translate import (
 __all__ = [
     "EXIT_STOP",
     "JOB_NAME",
-    "PROFILE_ANNOTATION",
     "SERVICE_LABEL",
     "STARTUP_DELAY_ANNOTATION",
+    "TRUTH_ANNOTATION",
     "WORKLOAD_ANNOTATION",
     "Actions",
     "Container",

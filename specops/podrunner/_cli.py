@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from specops.errors import SpecopsError
+from specops.sim import DEFAULT_TRUTH
 
 __all__ = ["podrunner"]
 
@@ -27,7 +28,12 @@ __all__ = ["podrunner"]
     type=click.Path(file_okay=False, path_type=Path),
     help="Logs, state.json, Prometheus config and data [default: a new temporary directory].",
 )
-@click.option("--profile", default="llama3.1-8b-h100", show_default=True, help="Sim profile.")
+@click.option(
+    "--truth",
+    default=DEFAULT_TRUTH,
+    show_default=True,
+    help="The simulated engines' physics: a shipped truth's name or a truth file.",
+)
 @click.option("--workload", default="sharegpt", show_default=True, help="Sim workload.")
 @click.option(
     "--startup-delay",
@@ -51,7 +57,7 @@ __all__ = ["podrunner"]
 def podrunner(
     kubeconfig: Path | None,
     work_dir: Path | None,
-    profile: str,
+    truth: str,
     workload: str,
     startup_delay: float,
     poll_interval: float,
@@ -63,7 +69,7 @@ def podrunner(
     """Run each scheduled specops pod on the fake nodes as `specops sim serve` plus its sidecar,
     with the pod's own arguments; stop them when the pod goes. Ctrl-C stops everything.
 
-    Per-pod overrides: annotations specops.io/sim-profile, sim-workload, sim-startup-delay.
+    Per-pod overrides: annotations specops.io/sim-truth, sim-workload, sim-startup-delay.
     Where everything listens: WORK_DIR/state.json.
     """
     from specops.podrunner._kube import KubePodSource
@@ -74,7 +80,7 @@ def podrunner(
     directory = (work_dir or Path(tempfile.mkdtemp(prefix="specops-podrunner-"))).resolve()
     options = RunnerOptions(
         work_dir=directory,
-        sim=SimOptions(profile=profile, workload=workload, startup_delay_s=startup_delay),
+        sim=SimOptions(truth=truth, workload=workload, startup_delay_s=startup_delay),
         poll_interval_s=poll_interval,
         prometheus_binary=prometheus_binary,
         scrape_interval_s=scrape_interval,

@@ -7,7 +7,7 @@ addresses, 127.0.0.0/8), so the engine listens where a real pod's would: pod IP,
 container's ``--port`` (vLLM's default 8000). The sidecar's ``specops sidecar ...`` keeps
 its arguments too (its port, 9090 by default), on the pod's IP, with ``--engine-url``
 pointed at the pod's engine. What the
-simulation needs beyond vLLM's flags (hardware profile, workload, load delay) comes from
+simulation needs beyond vLLM's flags (the engine's truth, workload, load delay) comes from
 the runner's options, overridden per pod by annotations.
 """
 
@@ -27,11 +27,12 @@ from specops.podrunner._pods import (
     container_env,
     expand,
 )
+from specops.sim import DEFAULT_TRUTH
 from specops.vllm import flag_value
 
 __all__ = [
-    "PROFILE_ANNOTATION",
     "STARTUP_DELAY_ANNOTATION",
+    "TRUTH_ANNOTATION",
     "WORKLOAD_ANNOTATION",
     "PodLaunch",
     "ProcessSpec",
@@ -39,7 +40,7 @@ __all__ = [
     "launch_plan",
 ]
 
-PROFILE_ANNOTATION = "specops.io/sim-profile"
+TRUTH_ANNOTATION = "specops.io/sim-truth"
 WORKLOAD_ANNOTATION = "specops.io/sim-workload"
 STARTUP_DELAY_ANNOTATION = "specops.io/sim-startup-delay"
 LOOPBACK = "127.0.0.1"
@@ -62,7 +63,7 @@ Role = Literal["engine", "sidecar"]
 class SimOptions:
     """What the simulated engine needs that vLLM's flags do not say."""
 
-    profile: str = "llama3.1-8b-h100"
+    truth: str = DEFAULT_TRUTH
     workload: str = "sharegpt"
     startup_delay_s: float = 0.0
 
@@ -82,7 +83,7 @@ class SimOptions:
                 )
         return replace(
             self,
-            profile=annotations.get(PROFILE_ANNOTATION, self.profile),
+            truth=annotations.get(TRUTH_ANNOTATION, self.truth),
             workload=annotations.get(WORKLOAD_ANNOTATION, self.workload),
             startup_delay_s=delay,
         )
@@ -225,7 +226,7 @@ def launch_plan(pod: Pod, sim: SimOptions, specops: Sequence[str]) -> PodLaunch:
             "serve",
             *_without(engine_args, frozenset({"--host", "--port"})),
             *("--host", host, "--port", str(engine_port)),
-            *("--profile", options.profile, "--workload", options.workload),
+            *("--truth", options.truth, "--workload", options.workload),
             *("--startup-delay", str(options.startup_delay_s)),
         ),
         env=tuple(sorted(container_env(pod, engine_container).items())),

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from specops.podrunner import (
-    PROFILE_ANNOTATION,
     STARTUP_DELAY_ANNOTATION,
+    TRUTH_ANNOTATION,
     WORKLOAD_ANNOTATION,
     PodLaunch,
     PodRunnerError,
@@ -100,15 +100,15 @@ def test_sidecar_keeps_its_args_and_port_with_the_engine_url_on_the_pods_address
 def test_sim_options_come_from_the_runner_unless_the_pod_overrides_them() -> None:
     deployment = llama_deployment()
     plain = _launch(pod_of(deployment), SimOptions("p1", "w1", 2.5)).engine.argv
-    assert (_flag(plain, "--profile"), _flag(plain, "--workload")) == (["p1"], ["w1"])
+    assert (_flag(plain, "--truth"), _flag(plain, "--workload")) == (["p1"], ["w1"])
     assert _flag(plain, "--startup-delay") == ["2.5"]
     annotations = {
-        PROFILE_ANNOTATION: "llama3.1-8b-h200",
+        TRUTH_ANNOTATION: "llama3.1-8b-h200-eagle3",
         WORKLOAD_ANNOTATION: "chat",
         STARTUP_DELAY_ANNOTATION: "7",
     }
     argv = _launch(pod_of(deployment, annotations=annotations), SimOptions("p1")).engine.argv
-    assert _flag(argv, "--profile") == ["llama3.1-8b-h200"]
+    assert _flag(argv, "--truth") == ["llama3.1-8b-h200-eagle3"]
     assert _flag(argv, "--workload") == ["chat"]
     assert _flag(argv, "--startup-delay") == ["7.0"]
 
