@@ -1,7 +1,11 @@
 """The specops alert rules as data: one source for the plain rule file and the PrometheusRule.
 
-Every expression groups by ``namespace`` and ``service`` (the SpeculativeService), so an
-alert names the service to look at. The PromQL shared with the dashboards comes from
+Every service alert groups by ``namespace`` and ``service`` (the SpeculativeService), so
+it names the service to look at, and reads only specops's own series: its own metric names,
+or vLLM's and ``up`` from the job its PodMonitor sets (a vLLM that specops does not manage,
+or any other target with a ``service`` label, never fires them). The operator's alerts read
+the job of the chart's ServiceMonitor. Every alert links its runbook
+(``docs/runbooks.md``). The PromQL shared with the dashboards comes from
 :mod:`specops.dashboards`.
 """
 
@@ -23,6 +27,9 @@ __all__ = [
 ]
 
 BY_SERVICE = ("namespace", "service")
+PODS = f'job="{q.PODS_JOB}"'
+OPERATOR = f'job="{q.OPERATOR_JOB}"'
+RUNBOOKS = "https://github.com/specops/specops/blob/main/docs/runbooks.md"
 ACCEPTANCE_LENGTH = "specops:acceptance_length:rate5m"
 TPOT_MEAN = "specops:time_per_output_token_seconds:mean5m"
 DRAFTS_RATE = "specops:spec_decode_drafts:rate5m"
@@ -50,12 +57,21 @@ class Alert:
     summary: str
     description: str
 
+    @property
+    def runbook_url(self) -> str:
+        """The alert's section of the runbook page (GitHub's anchor for its heading)."""
+        return f"{RUNBOOKS}#{self.name.lower()}"
+
     def to_rule(self) -> dict[str, Any]:
         rule: dict[str, Any] = {"alert": self.name, "expr": self.expr}
         if self.for_ != "0m":
             rule["for"] = self.for_
         rule["labels"] = {"severity": self.severity}
-        rule["annotations"] = {"summary": self.summary, "description": self.description}
+        rule["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": self.runbook_url,
+        }
         return rule
 
 
@@ -69,9 +85,9 @@ def _recordings() -> RuleGroup:
     return RuleGroup(
         "specops.recording",
         (
-            Recording(ACCEPTANCE_LENGTH, q.acceptance_length("", "5m", BY_SERVICE)),
-            Recording(TPOT_MEAN, q.histogram_mean(q.VLLM_TPOT, "", "5m", BY_SERVICE)),
-            Recording(DRAFTS_RATE, q.rate_sum(q.VLLM_DRAFTS, "", "5m", BY_SERVICE)),
+            Recording(ACCEPTANCE_LENGTH, q.acceptance_length(PODS, "5m", BY_SERVICE)),
+            Recording(TPOT_MEAN, q.histogram_mean(q.VLLM_TPOT, PODS, "5m", BY_SERVICE)),
+            Recording(DRAFTS_RATE, q.rate_sum(q.VLLM_DRAFTS, PODS, "5m", BY_SERVICE)),
         ),
     )
 
@@ -126,7 +142,7 @@ def _alerts() -> RuleGroup:
                 name="SpecopsMetricsStale",
                 expr=(
                     f"max by (namespace, service) ({q.SIDECAR_METRICS_AGE}) > 120\n"
-                    'or\ncount by (namespace, service) (up{service!=""} == 0) > 0'
+                    f"or\ncount by (namespace, service) (up{{{PODS}}} == 0) > 0"
                 ),
                 for_="5m",
                 severity="warning",
@@ -160,7 +176,8 @@ def _alerts() -> RuleGroup:
                 name="SpecopsRolloutRolledBack",
                 expr=(f"sum by (namespace, service) (increase({q.OPERATOR_ROLLBACKS}[30m])) > 0"),
                 for_="0m",
-                severity="critical",
+                # The rollback already restored a config that served: look, but no page.
+                severity="warning",
                 summary="A new speculative config of {{ $labels.namespace }}/"
                 "{{ $labels.service }} was rolled back.",
                 description=(
@@ -175,9 +192,48 @@ def _alerts() -> RuleGroup:
     )
 
 
+def _operator_alerts() -> RuleGroup:
+    operator = "the specops operator in {{ $labels.namespace }}"
+    reconciles = f"{q.OPERATOR_RECONCILES}{{{OPERATOR}"
+    return RuleGroup(
+        "specops.operator",
+        (
+            Alert(
+                name="SpecopsOperatorDown",
+                expr=f"absent(up{{{OPERATOR}}} == 1)",
+                for_="10m",
+                severity="warning",
+                summary="The specops operator is down or not scraped.",
+                description=(
+                    "No specops operator has answered a scrape for 10 minutes. The vLLM pods "
+                    "keep serving with the speculative config they run, but nothing retunes "
+                    "it, and a new config that fails is not rolled back. Check the operator's "
+                    "pods and the chart's ServiceMonitor."
+                ),
+            ),
+            Alert(
+                name="SpecopsOperatorReconcileFailing",
+                expr=(
+                    f'sum by (namespace) (rate({reconciles}, result="error"}}[10m]))\n'
+                    f"  / sum by (namespace) (rate({reconciles}}}[10m])) > 0.5"
+                ),
+                for_="15m",
+                severity="warning",
+                summary="Most reconciliations of the specops operator fail.",
+                description=(
+                    f"More than half of the reconciliations of {operator} failed over the last "
+                    "15 minutes: SpeculativeServices do not get the Deployments their spec "
+                    "asks for. The operator's log and the services' Degraded conditions and "
+                    "Warning Events say why (often RBAC, or the API server refusing an object)."
+                ),
+            ),
+        ),
+    )
+
+
 def rule_groups() -> tuple[RuleGroup, ...]:
-    """The recording rules first, then the alerts that read them."""
-    return (_recordings(), _alerts())
+    """The recording rules first, then the alerts that read them, then the operator's own."""
+    return (_recordings(), _alerts(), _operator_alerts())
 
 
 def rules_document() -> dict[str, Any]:

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specops import render
+
 __all__ = [
     "OPERATOR_CROSSOVER",
     "OPERATOR_DECISIONS",
+    "OPERATOR_JOB",
     "OPERATOR_MODE",
     "OPERATOR_PREDICTED_GAIN",
+    "OPERATOR_RECONCILES",
     "OPERATOR_RECONFIGURATIONS",
     "OPERATOR_ROLLBACKS",
     "OPERATOR_SPECULATIVE_TOKENS",
+    "PODS_JOB",
     "SIDECAR_ACCEPTANCE_LENGTH",
     "SIDECAR_CONFIGURED_K",
     "SIDECAR_CROSSOVER",
@@ -82,6 +87,12 @@ OPERATOR_PREDICTED_GAIN = "specops_predicted_gain_ratio"
 OPERATOR_CROSSOVER = "specops_crossover_batch_size"
 OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"
 OPERATOR_ROLLBACKS = "specops_rollbacks_total"
+# Reconciliations of SpeculativeServices, by result (ok, error): the operator's own health.
+OPERATOR_RECONCILES = "specops_operator_reconciles_total"
+
+# The job labels of what specops scrapes (see specops.render), for its own targets only.
+PODS_JOB = render.PODS_JOB
+OPERATOR_JOB = render.OPERATOR_JOB
 
 
 def by_clause(by: Sequence[str]) -> str:

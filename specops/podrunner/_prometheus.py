@@ -14,10 +14,12 @@ from typing import Any
 import yaml
 
 from specops.podrunner._translate import PodLaunch
+from specops.render import PODS_JOB
 
 __all__ = ["JOB_NAME", "file_sd_targets", "prometheus_config"]
 
-JOB_NAME = "specops-pods"
+# The job the operator's PodMonitor gives the pods, which the alerts and dashboards select.
+JOB_NAME = PODS_JOB
 
 
 def file_sd_targets(launches: Iterable[PodLaunch]) -> list[dict[str, Any]]:

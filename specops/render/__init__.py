@@ -4,6 +4,8 @@ from specops.render._defaults import apply_defaults
 from specops.render._objects import (
     ENGINE_PORT,
     HASH_ANNOTATION,
+    OPERATOR_JOB,
+    PODS_JOB,
     PRE_STOP_SLEEP_SECONDS,
     SIDECAR_PORT,
     RenderOptions,
@@ -32,6 +34,8 @@ from specops.render._speculation import (
 __all__ = [
     "ENGINE_PORT",
     "HASH_ANNOTATION",
+    "OPERATOR_JOB",
+    "PODS_JOB",
     "PRE_STOP_SLEEP_SECONDS",
     "SIDECAR_PORT",
     "Plan",

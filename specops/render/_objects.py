@@ -37,6 +37,12 @@ Obj = dict[str, Any]
 
 ENGINE_PORT = 8000
 SIDECAR_PORT = 9090
+# The job labels of what specops scrapes, so that its alerts and dashboards see only its own
+# targets (the Prometheus Operator gives every target of every PodMonitor and ServiceMonitor
+# a service label): the vLLM pods and their sidecars (the PodMonitor rendered here), and the
+# operator (the chart's ServiceMonitor).
+PODS_JOB = "specops-pods"
+OPERATOR_JOB = "specops-operator"
 HASH_ANNOTATION = "specops.io/render-hash"
 SPECULATIVE_CONFIG_ANNOTATION = "specops.io/speculative-config"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -358,6 +364,8 @@ def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) 
         "sourceLabels": ["__meta_kubernetes_pod_label_specops_io_service"],
         "targetLabel": "service",
     }
+    # One job for every specops pod target, which the alerts select on.
+    job_label = {"action": "replace", "targetLabel": "job", "replacement": PODS_JOB}
     return _with_hash(
         {
             "apiVersion": "monitoring.coreos.com/v1",
@@ -370,13 +378,14 @@ def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) 
                         "port": "http",
                         "path": "/metrics",
                         "interval": interval,
-                        "relabelings": [service_label],
+                        "relabelings": [service_label, job_label],
                     },
                     {
                         "port": "metrics",
                         "path": "/metrics",
                         "interval": interval,
                         "honorLabels": True,
+                        "relabelings": [job_label],
                     },
                 ],
             },

@@ -25,6 +25,8 @@ ALERTS = {
     "SpecopsMetricsStale",
     "SpecopsReconfigurationsFlapping",
     "SpecopsRolloutRolledBack",
+    "SpecopsOperatorDown",
+    "SpecopsOperatorReconcileFailing",
 }
 
 # Installed with Debian's prometheus package by scripts/bootstrap.
@@ -121,3 +123,27 @@ def test_an_unknown_disabled_alert_is_rejected_by_the_values_schema() -> None:
         pytest.raises(helm.HelmValuesError, match="disabledAlerts"),
     ):
         chart.validate_schema({"prometheusRule": {"disabledAlerts": ["acceptance"]}})
+
+
+def test_every_alert_links_its_section_of_the_runbooks() -> None:
+    headings = {
+        line.removeprefix("## ").strip()
+        for line in (REPO / "docs" / "runbooks.md").read_text().splitlines()
+        if line.startswith("## ")
+    }
+    rules = [r for g in rules_document()["groups"] for r in g["rules"] if "alert" in r]
+    assert headings == {rule["alert"] for rule in rules}
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert url.endswith("/docs/runbooks.md#" + rule["alert"].lower()), url
+
+
+def test_every_alert_reads_only_specops_series() -> None:
+    """No bare vLLM or up selector: those would match targets specops does not manage."""
+    for group in rules_document()["groups"]:
+        for rule in group["rules"]:
+            expr = rule["expr"]
+            for name in ("vllm:", "up{"):
+                for start in (i for i in range(len(expr)) if expr.startswith(name, i)):
+                    selector = expr[start : expr.index("}", start) + 1]
+                    assert 'job="specops-' in selector, (rule.get("alert"), selector)

@@ -8,6 +8,8 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from specops.render import OPERATOR_JOB
+
 from .chart_render import CHART_DIR, MONITORING_API, NAMESPACE, by_kind, render_manifests
 from .conftest import Render
 
@@ -182,6 +184,10 @@ def test_monitoring_objects_appear_only_with_the_prometheus_operator(render: Ren
     assert selector.items() <= service["metadata"]["labels"].items()
     # specops_decisions_total and co. carry the SpeculativeService's namespace and service.
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    # The job the operator's alerts select it by.
+    assert monitor["spec"]["endpoints"][0]["relabelings"] == [
+        {"action": "replace", "targetLabel": "job", "replacement": OPERATOR_JOB}
+    ]
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
     assert by_kind(objects, "PrometheusRule")
     disabled = render(

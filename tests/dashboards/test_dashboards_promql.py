@@ -35,6 +35,7 @@ from specops.dashboards import (
     render_preview,
     substitute,
 )
+from specops.render import OPERATOR_JOB, PODS_JOB
 from tests.dashboards.controller import (
     OPERATOR_TARGET_LABELS,
     drive_decisions,
@@ -112,23 +113,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             running_specops(sidecar_args, "/healthz", work / "sidecar.log") as sidecar,
             serving_operator_metrics(NAMESPACE, SERVICE) as operator,
         ):
+            # The jobs the operator's PodMonitor and the chart's ServiceMonitor set, which
+            # the alerts select specops's own targets by.
             scrape_configs: list[dict[str, Any]] = [
                 {
-                    "job_name": "engine",
+                    "job_name": PODS_JOB,
+                    "honor_labels": True,
                     "static_configs": [
                         {
                             "targets": [engine.removeprefix("http://")],
                             "labels": {"namespace": NAMESPACE, "service": SERVICE, "pod": POD},
-                        }
+                        },
+                        {"targets": [sidecar.removeprefix("http://")]},
                     ],
                 },
                 {
-                    "job_name": "sidecar",
-                    "honor_labels": True,
-                    "static_configs": [{"targets": [sidecar.removeprefix("http://")]}],
-                },
-                {
-                    "job_name": OPERATOR_TARGET_LABELS["service"],
+                    "job_name": OPERATOR_JOB,
                     "honor_labels": True,
                     "static_configs": [{"targets": [operator], "labels": OPERATOR_TARGET_LABELS}],
                 },

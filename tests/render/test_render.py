@@ -165,7 +165,9 @@ def test_prometheus_source_and_pod_monitor() -> None:
     assert args[args.index("--prometheus-url") + 1] == "http://prom:9090"
     assert objects[-1]["kind"] == "PodMonitor"
     engine, sidecar_endpoint = objects[-1]["spec"]["podMetricsEndpoints"]
-    # vLLM's series get the SpeculativeService as label service, from the pod's label.
+    # vLLM's series get the SpeculativeService as label service, from the pod's label, and
+    # every target the job the alerts select specops's own targets by.
+    job = {"action": "replace", "targetLabel": "job", "replacement": "specops-pods"}
     assert engine == {
         "port": "http",
         "path": "/metrics",
@@ -175,7 +177,8 @@ def test_prometheus_source_and_pod_monitor() -> None:
                 "action": "replace",
                 "sourceLabels": ["__meta_kubernetes_pod_label_specops_io_service"],
                 "targetLabel": "service",
-            }
+            },
+            job,
         ],
     }
     # The sidecar labels its series namespace, pod and service itself: keep them.
@@ -184,6 +187,7 @@ def test_prometheus_source_and_pod_monitor() -> None:
         "path": "/metrics",
         "interval": "15s",
         "honorLabels": True,
+        "relabelings": [job],
     }
     assert objects[-1]["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "llama"
 
