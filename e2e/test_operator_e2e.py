@@ -364,7 +364,17 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
 
         # kubectl get: the printer columns.
         (row,) = _table(kubectl("get", "specsvc", NAME, "-n", namespace).stdout)
-        assert list(row) == ["NAME", "MODE", "K", "CONCURRENCY", "ACCEPTLEN", "READY", "AGE"]
+        assert list(row) == [
+            "NAME",
+            "MODE",
+            "K",
+            "CONCURRENCY",
+            "ACCEPTLEN",
+            "RECOMMENDED",
+            "REASON",
+            "READY",
+            "AGE",
+        ]
         assert (row["NAME"], row["MODE"], row["K"], row["READY"]) == (NAME, "Auto", "3", "True")
         assert row["CONCURRENCY"] == row["ACCEPTLEN"] == ""  # no measurements yet
 

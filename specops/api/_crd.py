@@ -52,6 +52,18 @@ _PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
         "description": "Mean acceptance length",
     },
     {
+        "name": "Recommended",
+        "type": "integer",
+        "jsonPath": ".status.lastDecision.recommended.numSpeculativeTokens",
+        "description": "k the last decision chose; in Advise mode it is not applied",
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.lastDecision.reasonCode",
+        "description": "Why the last decision acted or held back (e.g. MinDwell, MetricsStale)",
+    },
+    {
         "name": "Ready",
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',

@@ -92,6 +92,8 @@ def test_names_subresources_and_printer_columns() -> None:
         "K",
         "Concurrency",
         "AcceptLen",
+        "Recommended",
+        "Reason",
         "Ready",
         "Age",
     ]

@@ -233,3 +233,14 @@ def test_notes_tell_what_to_do_next(chart: helm.Chart) -> None:
         "specops/templates/NOTES.txt"
     ]
     assert "PrometheusRule specops" in with_operator
+
+
+def test_an_operator_of_several_replicas_keeps_one_through_a_drain(render: Render) -> None:
+    assert not by_kind(render(), "PodDisruptionBudget")
+    objects = render(NON_DEFAULT)
+    (pdb,) = by_kind(objects, "PodDisruptionBudget")
+    (deployment,) = by_kind(objects, "Deployment")
+    assert pdb["spec"]["minAvailable"] == 1
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
