@@ -35,7 +35,17 @@ class _LazyGroup(click.Group):
         if target is None:
             return None
         module_name, _, attribute = target.partition(":")
-        command = getattr(importlib.import_module(module_name), attribute)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.split(".")[0] in ("specops", "specops_operator", "specops_sidecar"):
+                raise
+            raise click.ClickException(
+                f"`specops {cmd_name}` needs {exc.name}, which this install lacks: it is part "
+                "of the lab (simulated engine, benchmark, demo, local cluster); install it with "
+                "pip install 'specops[lab]'"
+            ) from exc
+        command = getattr(module, attribute)
         assert isinstance(command, click.Command)
         return command
 
