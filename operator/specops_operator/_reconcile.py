@@ -23,7 +23,7 @@ import kopf
 
 from specops.api import SpeculativeService, parse_service
 from specops.render import HASH_ANNOTATION, RenderOptions, plan
-from specops_operator._kube import FIELD_MANAGER, Kube
+from specops_operator._kube import Kube
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._status import desired_status
 
@@ -99,22 +99,8 @@ def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
         return "created", applied
     if _hash(live) != _hash(desired):
         return "updated", applied
-    # The read may be older than the edit the apply took back (another reconciliation, or
-    # the edit landing between the two calls): then the projections agree, but the API server
-    # stamped this manager's entry anew, which it does only when the apply changed a value.
-    changed = _projection(desired, applied) != _projection(desired, live) or _applied_at(
-        applied
-    ) != _applied_at(live)
+    changed = _projection(desired, applied) != _projection(desired, live)
     return ("reverted" if changed else None), applied
-
-
-def _applied_at(obj: Mapping[str, Any]) -> str | None:
-    """When this operator's apply last changed one of its fields (its managedFields entry)."""
-    for entry in obj.get("metadata", {}).get("managedFields") or []:
-        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply":
-            time = entry.get("time")
-            return time if isinstance(time, str) else None
-    return None
 
 
 def reconcile(

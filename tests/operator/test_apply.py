@@ -139,49 +139,6 @@ def test_what_the_deployment_controller_wrote_meanwhile_is_no_change(desired: Ob
     assert _run(_Server(shared, status_moved), desired) is None
 
 
-def _by_operator_at(obj: Obj, when: str) -> Obj:
-    """``obj`` with the operator's managedFields entry stamped ``when``, as the API server
-    stamps it each time an apply of the operator changes one of its fields."""
-    stamped = copy.deepcopy(obj)
-    entry = {"manager": "specops", "operation": "Apply", "time": when}
-    stamped["metadata"]["managedFields"] = [entry]
-    return stamped
-
-
-def test_an_edit_taken_back_after_a_stale_read_is_still_reported(desired: Obj) -> None:
-    """The read predates the edit (it landed between the read and the apply): the apply took
-    the edit back, and only the API server's fresh stamp on the operator's entry says so.
-    Another manager's env entry makes every reconciliation apply (``covers`` fails on the
-    longer list), so a reconciliation woken by anything can be the one that takes the edit
-    back, while the one the edit woke then finds nothing to do."""
-    read = _by_operator_at(_stored(desired, "7"), "2026-12-01T10:00:00Z")
-    _engine(read)["env"].append({"name": "PLATFORM_TRACE", "value": "1"})
-
-    def edited_then_reverted(applied: Obj, live: Obj | None) -> Obj:
-        # Every field as the read saw it (the edit is gone again, the other entry stays),
-        # two versions on, and the operator's entry stamped anew.
-        assert live is not None
-        reverted = _by_operator_at(live, "2026-12-01T10:05:00Z")
-        reverted["metadata"]["resourceVersion"] = "9"
-        return reverted
-
-    assert _run(_Server(read, edited_then_reverted), desired) == "reverted"
-
-
-def test_a_status_write_after_the_read_leaves_the_operators_stamp_alone(desired: Obj) -> None:
-    shared = _by_operator_at(_stored(desired, "7"), "2026-12-01T10:00:00Z")
-    _engine(shared)["env"].append({"name": "PLATFORM_TRACE", "value": "1"})
-
-    def status_moved(applied: Obj, live: Obj | None) -> Obj:
-        assert live is not None
-        moved = copy.deepcopy(live)
-        moved["metadata"]["resourceVersion"] = "8"
-        moved["status"] = {"replicas": 3}
-        return moved
-
-    assert _run(_Server(shared, status_moved), desired) is None
-
-
 class _Cluster:
     """Holds every child; a read's answer takes a while to arrive, as over the network, so two
     callers overlap."""
