@@ -26,6 +26,10 @@ _SUBCOMMANDS: dict[str, str] = {
 }
 
 
+# A missing module of these is a broken install, not a missing extra.
+_OWN_PACKAGES = frozenset({"specops", "specops_operator", "specops_sidecar"})
+
+
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_SUBCOMMANDS)
@@ -38,7 +42,7 @@ class _LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.split(".")[0] in ("specops", "specops_operator", "specops_sidecar"):
+            if exc.name is None or exc.name.split(".")[0] in _OWN_PACKAGES:
                 raise
             raise click.ClickException(
                 f"`specops {cmd_name}` needs {exc.name}, which this install lacks: it is part "
