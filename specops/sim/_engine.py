@@ -17,7 +17,10 @@ end (real time). Each step follows vLLM's scheduler:
 * step time and KV capacity from the engine's truth (``EngineTruth``, the physics, not
   the controller's belief), times lognormal jitter drawn from the engine's seeded RNG and
   the pod's slowdown; tokens emitted from the request's trace by the replay rule; every
-  metric as vLLM counts it.
+  metric as vLLM counts it. vLLM's frontend records a step's IterationStats only when the
+  step emits tokens, so ``vllm:iteration_tokens_total`` observes only those steps: their
+  tokens plus the prompts whose first token they emit (a chunked prefill's earlier
+  chunks, and a preempted request's recompute, are never observed).
 """
 
 from __future__ import annotations
@@ -431,12 +434,14 @@ class SimulatedEngine:
         self.now = end
         self._emitted = ()
         generated = self._decode(decoding, k, end) if decoding.size else 0
-        first_tokens = self._finish_prefills(chunks, end)
+        first_tokens, computed_prompt_tokens = self._finish_prefills(chunks, end)
+        generated += first_tokens
         metrics = self._metrics
-        metrics.counters["vllm:generation_tokens"] += generated + first_tokens
-        metrics.histograms["vllm:iteration_tokens_total"].observe(
-            prefill_tokens + generated + first_tokens
-        )
+        metrics.counters["vllm:generation_tokens"] += generated
+        if generated:
+            metrics.histograms["vllm:iteration_tokens_total"].observe(
+                computed_prompt_tokens + generated
+            )
         emitted: tuple[tuple[str, int], ...] = ()
         if self.track_tokens:
             emitted = self._emitted
@@ -544,8 +549,14 @@ class SimulatedEngine:
             self._emitted = ()
         return int(emitted.sum())
 
-    def _finish_prefills(self, chunks: list[tuple[int, int]], end: float) -> int:
+    def _finish_prefills(self, chunks: list[tuple[int, int]], end: float) -> tuple[int, int]:
+        """Requests whose prefill ends get their next token; returns (tokens, prompt tokens).
+
+        The prompt tokens are those vLLM's PrefillStats count: a prompt's computed tokens,
+        once, with its first token (never again when a preempted request recomputes).
+        """
         first_tokens = 0
+        prompt_tokens = 0
         metrics = self._metrics
         extra: list[tuple[str, int]] = []
         for slot, chunk in chunks:
@@ -565,13 +576,14 @@ class SimulatedEngine:
             extra.append((request.request_id, 1))
             if request.first_token_ts < 0:
                 request.first_token_ts = end
-                metrics.counters["vllm:prompt_tokens"] += request.prompt_len
+                prompt_tokens += request.prompt_len
                 metrics.histograms["vllm:time_to_first_token_seconds"].observe(
                     end - request.arrival
                 )
         if self.track_tokens and extra:
             self._emitted = (*self._emitted, *extra)
-        return first_tokens
+        metrics.counters["vllm:prompt_tokens"] += prompt_tokens
+        return first_tokens, prompt_tokens
 
     def _collect_finished(self, end: float) -> list[FinishedRequest]:
         if not self._order:

@@ -1,5 +1,6 @@
 """The simulated engine against the pinned vLLM wheel, read as source (DESIGN section 5)."""
 
+import ast
 import re
 from pathlib import Path
 from typing import get_args
@@ -22,6 +23,7 @@ from specops.vllm import (
     release_metrics,
     release_speculative_keys,
     release_speculative_methods,
+    wheel_source,
 )
 from specops.vllm._metrics import request_tokens_buckets
 
@@ -125,3 +127,37 @@ def test_every_vllm_metric_specops_reads_is_exported_by_the_release_and_the_simu
         for name in sorted(names):
             assert name in release, f"the {reader} read {name}, which vLLM does not export"
             assert name in exported, f"the {reader} read {name}, which the simulator lacks"
+
+
+def _normalized(wheel: Path, member: str) -> str:
+    """A wheel source file as ast.unparse writes it: one spelling for each expression."""
+    return ast.unparse(ast.parse(wheel_source(wheel, member)))
+
+
+def test_iteration_tokens_count_what_vllm_counts(wheel: Path) -> None:
+    """vLLM observes iteration_tokens_total once per IterationStats, which the frontend makes
+    only for a step with outputs; it observes the computed prompt tokens of the PrefillStats
+    taken with a request's first output (set at its first scheduling, never after a
+    preemption) plus the step's new tokens."""
+    loggers, frontend = "vllm/v1/metrics/loggers.py", "vllm/v1/engine/async_llm.py"
+    scheduler, stats = "vllm/v1/core/sched/scheduler.py", "vllm/v1/metrics/stats.py"
+    rule = [
+        (
+            loggers,
+            "self.histogram_iteration_tokens[engine_idx].observe("
+            "iteration_stats.prompt_token_stats.computed + iteration_stats.num_generation_tokens)",
+        ),
+        (frontend, "IterationStats() if log_stats and num_outputs else None"),
+        (scheduler, "if request.prefill_stats and request.num_preemptions <= 0:"),
+        (scheduler, "prefill_stats = request.take_prefill_stats()"),
+        (stats, "self.prompt_token_stats.update_from_output(output.prefill_stats)"),
+    ]
+    for member, code in rule:
+        assert code in _normalized(wheel, member), f"{member} no longer says {code}"
+    # A 20 000-token prompt in 8192-token chunks, then 3 more tokens: vLLM observes the step
+    # that ends the prefill (the prompt and the first token), then one per decode step.
+    engine = SimulatedEngine(Workload(load_workload("gsm8k")), EngineConfig())
+    engine.add_request(prompt_tokens=20_000, max_tokens=4, ignore_eos=True)
+    assert engine.run_until(60.0) == 6
+    histogram = engine.metrics().histograms["vllm:iteration_tokens_total"]
+    assert (histogram.count, histogram.total) == (4, 20_000 + 4)
