@@ -345,17 +345,17 @@ class SimulatedEngine:
         return request_id
 
     def abort(self, request_id: str) -> bool:
-        """Drop a request (client went away): counted as finished with reason "abort"."""
+        """Drop a request (the client went away). As in vLLM, where the frontend forgets an
+        aborted request before the engine could report it finished, nothing records it:
+        not request_success, nor any per-request histogram."""
         for queued in self._waiting:
             if queued.request_id == request_id:
                 self._waiting.remove(queued)
-                self._metrics.success["abort"] += 1
                 return True
         for slot in self._order:
             request = self._slot_request[slot]
             if request is not None and request.request_id == request_id:
                 self._release(slot)
-                self._metrics.success["abort"] += 1
                 return True
         return False
 

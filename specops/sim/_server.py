@@ -31,7 +31,7 @@ from aiohttp import web
 from specops.sim._engine import FinishedRequest, SimulatedEngine
 from specops.sim._exposition import render_metrics
 
-__all__ = ["ServerOptions", "build_app", "count_prompt_tokens", "serve"]
+__all__ = ["RUNNER_OPTIONS", "ServerOptions", "build_app", "count_prompt_tokens", "serve"]
 
 _log = logging.getLogger(__name__)
 _WORDS = (
@@ -338,12 +338,17 @@ class _Server:
             if stream:
                 return await responder.stream(request, queue, include_usage)
             return await responder.complete(queue)
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            # As vLLM: a client that disconnects aborts its request; that is no error.
+            _log.debug("request %s aborted: the client disconnected", request_id)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return web.Response()  # nobody is left to read it
         finally:
             del self._streams[request_id]
             if not self._streams:
                 self._idle.set()
-            if not responder.done:
-                self.engine.abort(request_id)
+            self.engine.abort(request_id)  # a no-op once the request has finished
 
 
 class _Responder:
@@ -356,7 +361,6 @@ class _Responder:
         self.prompt_tokens = prompt_tokens
         self.created = int(time.time())
         self.generated = 0
-        self.done = False
 
     def _text(self, tokens: int) -> str:
         start = self.generated
@@ -410,7 +414,6 @@ class _Responder:
                     "the engine died", HTTPStatus.INTERNAL_SERVER_ERROR, "EngineDeadError"
                 )
             if isinstance(item, FinishedRequest | _Aborted):
-                self.done = isinstance(item, FinishedRequest)
                 body = self._envelope(
                     [self._choice("".join(parts), item.finish_reason, False)], False
                 )
@@ -447,7 +450,6 @@ class _Responder:
                 )
                 break
             if isinstance(item, FinishedRequest | _Aborted):
-                self.done = isinstance(item, FinishedRequest)
                 await send(self._envelope([self._choice("", item.finish_reason, True)], True))
                 if include_usage:
                     final = self._envelope([], True)
@@ -461,6 +463,10 @@ class _Responder:
 
 
 _SERVER = web.AppKey("server", _Server)
+
+RUNNER_OPTIONS: dict[str, Any] = {"handler_cancellation": True}
+"""How the app must be run: a client's disconnect cancels its handler (vLLM aborts the
+request), which aiohttp does only when asked."""
 
 
 def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Application:
@@ -482,7 +488,7 @@ def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Applicatio
 
 async def serve(app: web.Application, host: str, port: int) -> None:
     """Serve ``app`` (from :func:`build_app`) until SIGTERM or SIGINT, then drain and stop."""
-    runner = web.AppRunner(app, shutdown_timeout=_HANDLER_GRACE_S)
+    runner = web.AppRunner(app, shutdown_timeout=_HANDLER_GRACE_S, **RUNNER_OPTIONS)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

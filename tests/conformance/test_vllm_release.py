@@ -161,3 +161,38 @@ def test_iteration_tokens_count_what_vllm_counts(wheel: Path) -> None:
     assert engine.run_until(60.0) == 6
     histogram = engine.metrics().histograms["vllm:iteration_tokens_total"]
     assert (histogram.count, histogram.total) == (4, 20_000 + 4)
+
+
+def _method(wheel: Path, member: str, qualified: str) -> str:
+    """The source of ``Class.method`` in a wheel file, as ast.unparse writes it."""
+    class_name, name = qualified.split(".")
+    for node in ast.walk(ast.parse(wheel_source(wheel, member))):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == name:
+                    return ast.unparse(item)
+    raise AssertionError(f"{member} has no {qualified}")
+
+
+def test_a_client_abort_reaches_no_request_metric(wheel: Path) -> None:
+    """A disconnect cancels AsyncLLM.generate, which aborts the request in the frontend:
+    abort_requests drops its state without finished stats, and request_success counts only
+    finished stats, so a client abort is in no request metric."""
+    generate = _method(wheel, "vllm/v1/engine/async_llm.py", "AsyncLLM.generate")
+    assert "except (asyncio.CancelledError, GeneratorExit):" in generate
+    assert "await self.abort(q.request_id, internal=True)" in generate
+    abort = _method(wheel, "vllm/v1/engine/output_processor.py", "OutputProcessor.abort_requests")
+    assert "self.request_states.pop(request_id, None)" in abort
+    assert "_update_stats_from_finished" not in abort and "finished_requests" not in abort
+    record = _method(wheel, "vllm/v1/metrics/loggers.py", "PrometheusStatLogger.record")
+    assert (
+        "for finished_request in iteration_stats.finished_requests:\n"
+        "        self.counter_request_success[finished_request.finish_reason][engine_idx].inc()"
+    ) in record
+    engine = SimulatedEngine(Workload(load_workload("gsm8k")), EngineConfig())
+    queued, running = engine.add_request(), engine.add_request()
+    engine.step()
+    assert engine.abort(queued) and engine.abort(running) and not engine.has_work
+    metrics = engine.metrics()
+    assert set(metrics.success.values()) == {0}
+    assert metrics.histograms["vllm:e2e_request_latency_seconds"].count == 0
