@@ -129,6 +129,8 @@ class FinishedRequest:
     prefill_time: float
     decode_time: float
     num_preemptions: int
+    max_tokens: int
+    """The request's max_tokens as vLLM's frontend passes it: clamped to the room left."""
 
     @property
     def e2e_latency(self) -> float:
@@ -160,6 +162,7 @@ class _Request:
         "first_token_ts",
         "generated",
         "last_token_ts",
+        "max_tokens",
         "num_preemptions",
         "pos",
         "prompt_len",
@@ -175,6 +178,7 @@ class _Request:
         arrival: float,
         prompt_len: int,
         target: int,
+        max_tokens: int,
         finish_reason: str,
         trace: npt.NDArray[np.int32],
     ) -> None:
@@ -182,6 +186,7 @@ class _Request:
         self.arrival = arrival
         self.prompt_len = prompt_len
         self.target = target
+        self.max_tokens = max_tokens
         self.finish_reason = finish_reason
         self.trace = trace
         self.generated = 0
@@ -340,8 +345,10 @@ class SimulatedEngine:
         else:
             target, reason = drawn.output_len, "stop"
         request_id = request_id or f"cmpl-{next(self._ids)}"
-        self._waiting.append(_Request(request_id, arrival, prompt, target, reason, drawn.trace))
-        self._metrics.gauges["vllm:num_requests_waiting"] = len(self._waiting)
+        self._waiting.append(
+            _Request(request_id, arrival, prompt, target, limit, reason, drawn.trace)
+        )
+        self._set_waiting()
         return request_id
 
     def abort(self, request_id: str) -> bool:
@@ -514,6 +521,9 @@ class SimulatedEngine:
         self._prefill_left[slot] = left
         if request.scheduled_ts < 0:
             request.scheduled_ts = now
+            # vLLM looks the prompt up in its prefix cache at a request's first admission;
+            # the simulated cache never hits.
+            self._metrics.counters["vllm:prefix_cache_queries"] += request.prompt_len
         return slot
 
     def _decode(self, slots: npt.NDArray[np.intp], k: int, end: float) -> int:
@@ -583,6 +593,7 @@ class SimulatedEngine:
         if self.track_tokens and extra:
             self._emitted = (*self._emitted, *extra)
         metrics.counters["vllm:prompt_tokens"] += prompt_tokens
+        metrics.labelled["vllm:prompt_tokens_by_source"]["local_compute"] += prompt_tokens
         return first_tokens, prompt_tokens
 
     def _collect_finished(self, end: float) -> list[FinishedRequest]:
@@ -607,6 +618,7 @@ class SimulatedEngine:
                 prefill_time=request.first_token_ts - request.scheduled_ts,
                 decode_time=end - request.first_token_ts,
                 num_preemptions=request.num_preemptions,
+                max_tokens=request.max_tokens,
             )
             self._observe_finished(record)
             self._release(slot)
@@ -616,7 +628,7 @@ class SimulatedEngine:
 
     def _observe_finished(self, record: FinishedRequest) -> None:
         metrics = self._metrics
-        metrics.success[record.finish_reason] += 1
+        metrics.labelled["vllm:request_success"][record.finish_reason] += 1
         histograms = metrics.histograms
         for name, value in (
             ("vllm:e2e_request_latency_seconds", record.e2e_latency),
@@ -627,6 +639,11 @@ class SimulatedEngine:
             ("vllm:request_time_per_output_token_seconds", record.tpot),
             ("vllm:request_prompt_tokens", record.prompt_tokens),
             ("vllm:request_generation_tokens", record.output_tokens),
+            ("vllm:request_num_preemptions", record.num_preemptions),
+            ("vllm:request_prefill_kv_computed_tokens", record.prompt_tokens),  # no cache hits
+            ("vllm:request_params_max_tokens", record.max_tokens),
+            ("vllm:request_params_n", 1),
+            ("vllm:request_max_num_generation_tokens", record.output_tokens),
         ):
             histograms[name].observe(value)
 
@@ -653,5 +670,12 @@ class SimulatedEngine:
         """Gauges as the scheduler reports them: KV blocks allocated for the last step."""
         gauges = self._metrics.gauges
         gauges["vllm:num_requests_running"] = len(self._order)
-        gauges["vllm:num_requests_waiting"] = len(self._waiting)
         gauges["vllm:kv_cache_usage_perc"] = self._kv_used_blocks / self._spec.kv_blocks
+        self._set_waiting()
+
+    def _set_waiting(self) -> None:
+        """Every waiting request waits for capacity: nothing defers one here."""
+        self._metrics.gauges["vllm:num_requests_waiting"] = len(self._waiting)
+        self._metrics.labelled["vllm:num_requests_waiting_by_reason"]["capacity"] = len(
+            self._waiting
+        )

@@ -14,6 +14,7 @@ once); then the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import math
@@ -27,9 +28,10 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.exposition import gzip_accepted
 
 from specops.sim._engine import FinishedRequest, SimulatedEngine
-from specops.sim._exposition import render_metrics
+from specops.sim._exposition import content_type, render_metrics
 
 __all__ = ["RUNNER_OPTIONS", "ServerOptions", "build_app", "count_prompt_tokens", "serve"]
 
@@ -132,6 +134,7 @@ class _Server:
         self.loaded = False
         self.dead = False
         self.created = int(time.time())
+        self.metrics_created = time.time()
         self.draining = False
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -175,6 +178,7 @@ class _Server:
     async def _load_then_run(self) -> None:
         await asyncio.sleep(self.options.startup_delay_s)
         self.loaded = True
+        self.metrics_created = time.time()  # vLLM's stat logger starts once the model loads
         _log.info("model %s loaded; serving", self.options.model)
         try:
             await self._run()
@@ -254,13 +258,21 @@ class _Server:
         }
         return web.json_response({"object": "list", "data": [card]})
 
-    async def metrics(self, _: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:
+        """The page as prometheus-client serves vLLM's: format by Accept, gzip if accepted."""
+        accept = request.headers.get("Accept", "")
         page = render_metrics(
             self.engine.metrics(),
             self.options.served_model_name,
             speculative=self.engine.speculative_config is not None,
+            created=self.metrics_created,
+            accept=accept,
         )
-        return web.Response(body=page, content_type="text/plain", charset="utf-8")
+        headers = {"Content-Type": content_type(accept)}
+        if gzip_accepted(request.headers.get("Accept-Encoding", "")):
+            page = gzip.compress(page)
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=page, headers=headers)
 
     # -- generation --------------------------------------------------------------------
 

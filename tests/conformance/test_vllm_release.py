@@ -6,20 +6,24 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from specops.observation import Counter, Gauge, Hist
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim import parse_speculative_config as parse
-from specops.sim._exposition import render_metrics
+from specops.sim._exposition import content_type, render_metrics
+from specops.sim._metrics import EngineMetrics
 from specops.vllm import (
     ENGINE_METRICS,
     FINISH_REASONS,
+    RELEASE_METRICS,
     SpeculativeConfig,
     VllmMethod,
     bucket_bounds,
     release_bucket_families,
     release_finish_reasons,
+    release_label_values,
     release_metrics,
     release_speculative_keys,
     release_speculative_methods,
@@ -33,23 +37,35 @@ def wheel(vllm_wheel: Path) -> Path:
     return vllm_wheel
 
 
-def _exported_page() -> dict[str, tuple[str, set[str]]]:
-    """Families on the simulated engine's /metrics: name to (type, label names)."""
+def _engine_metrics(speculative: bool) -> EngineMetrics:
+    spec = '{"method": "eagle3", "model": "d", "num_speculative_tokens": 2}'
     engine = SimulatedEngine(
         Workload(load_workload("gsm8k")),
-        EngineConfig(
-            speculative=parse('{"method": "eagle3", "model": "d", "num_speculative_tokens": 2}')
-        ),
+        EngineConfig(speculative=parse(spec) if speculative else None),
     )
     for _ in range(4):
         engine.add_request()
     engine.run_until(30.0)
-    page = render_metrics(engine.metrics(), "m", speculative=True).decode()
-    families = {}
-    for family in text_string_to_metric_families(page):
-        labels = set().union(*(set(s.labels) for s in family.samples)) - {"le"}
-        families[family.name] = (family.type, labels)
-    return families
+    return engine.metrics()
+
+
+def _registered(family: Metric) -> str:
+    """The name vLLM registers a parsed family under: prometheus-client drops a counter's
+    _total from the family name (vllm:estimated_flops_per_gpu_total)."""
+    release_name = f"{family.name}_total"
+    return release_name if release_name in RELEASE_METRICS else family.name
+
+
+def _exported_page(speculative: bool = True) -> dict[str, tuple[str, list[dict[str, str]]]]:
+    """Families on the simulated engine's /metrics: registered name to (type, label sets)."""
+    page = render_metrics(_engine_metrics(speculative), "m", speculative=speculative).decode()
+    return {
+        _registered(family): (
+            family.type,
+            [{k: v for k, v in s.labels.items() if k != "le"} for s in family.samples],
+        )
+        for family in text_string_to_metric_families(page)
+    }
 
 
 def test_every_exported_metric_exists_in_the_release_with_its_type_labels_and_buckets(
@@ -57,21 +73,62 @@ def test_every_exported_metric_exists_in_the_release_with_its_type_labels_and_bu
 ) -> None:
     release = release_metrics(wheel)
     families = release_bucket_families(wheel)
-    for name, spec in ENGINE_METRICS.items():
+    label_values = release_label_values(wheel)
+    for name, spec in RELEASE_METRICS.items():
         assert name in release, f"{name} is not registered by vLLM's stat loggers"
         ours = release[name]
         assert (ours.kind, ours.labels) == (spec.kind, spec.labels), name
         assert ours.bucket_family == spec.buckets, name
         if spec.buckets in families:
             assert bucket_bounds(spec.buckets, 4096) == families[spec.buckets], name
+        assert spec.label_values == label_values.get(name, ()), name
+
+
+def test_the_simulator_exports_every_metric_vllm_always_registers(wheel: Path) -> None:
+    release = release_metrics(wheel)
+    always = {name for name, metric in release.items() if metric.always}
+    speculative = {name for name in release if name.startswith("vllm:spec_decode_")}
+    assert set(RELEASE_METRICS) == always | speculative
+    assert set(_exported_page(speculative=False)) == always
+    assert set(_exported_page(speculative=True)) == always | speculative
 
 
 def test_the_page_the_server_serves_matches_the_release(wheel: Path) -> None:
     release = release_metrics(wheel)
-    for name, (kind, labels) in _exported_page().items():
-        assert name in release, name
+    label_values = release_label_values(wheel)
+    for name, (kind, children) in _exported_page().items():
         assert kind == release[name].kind, name
-        assert labels == set(release[name].labels), name
+        for labels in children:
+            assert set(labels) == set(release[name].labels), name
+        last = release[name].labels[-1]
+        if name in label_values:
+            assert [labels[last] for labels in children] == list(label_values[name]), name
+
+
+def test_counters_and_histograms_carry_created_and_the_format_follows_accept(
+    wheel: Path,
+) -> None:
+    """vLLM serves /metrics with prometheus-client's make_asgi_app: Accept picks OpenMetrics
+    or the text format, and counters and histograms have a _created series per child."""
+    assert "make_asgi_app(registry=registry)" in _normalized(
+        wheel, "vllm/entrypoints/serve/instrumentator/metrics.py"
+    )
+    metrics = _engine_metrics(speculative=True)
+    accept = "application/openmetrics-text; version=1.0.0,text/plain;q=0.5"
+    assert content_type(accept).startswith("application/openmetrics-text; version=1.0.0")
+    assert content_type("") == "text/plain; version=0.0.4; charset=utf-8"
+    page = render_metrics(metrics, "m", speculative=True, created=1.5e9, accept=accept).decode()
+    assert page.endswith("# EOF\n") and "_created{" in page
+    text = render_metrics(metrics, "m", speculative=True, created=1.5e9).decode()
+    assert "# EOF" not in text
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    for name, family in families.items():
+        if family.type not in ("counter", "histogram"):
+            continue
+        children = {tuple(sorted(s.labels.items())) for s in family.samples if "le" not in s.labels}
+        created = families[f"{family.name}_created"].samples
+        assert {tuple(sorted(s.labels.items())) for s in created} == children, name
+        assert {s.value for s in created} == {1.5e9}, name
 
 
 def test_request_token_buckets_follow_vllms_1_2_5_series() -> None:

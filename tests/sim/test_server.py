@@ -200,3 +200,15 @@ async def test_a_client_that_disconnects_aborts_its_request_quietly(
     assert success["vllm:request_success_totalabort"] == 0
     assert sum(success.values()) == 1  # the short request
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_metrics_follow_accept_and_accept_encoding(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+    plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+    assert plain.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "Content-Encoding" not in plain.headers
+    accept = "application/openmetrics-text; version=1.0.0"
+    om = await client.get("/metrics", headers={"Accept": accept, "Accept-Encoding": "gzip"})
+    assert om.headers["Content-Type"].startswith(accept)
+    assert om.headers["Content-Encoding"] == "gzip"
+    assert (await om.text()).endswith("# EOF\n")  # the client inflates it
