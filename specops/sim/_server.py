@@ -127,6 +127,30 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
     raise _BadRequest("prompt must be a string or a list of token ids", "prompt")
 
 
+def _fitted_max_tokens(max_model_len: int, prompt: int, max_tokens: int | None, key: str) -> int:
+    """vLLM's checks and clamp (renderers/params.py, serve/utils/api_utils.py get_max_tokens):
+    a prompt longer than max_model_len or a max_tokens above it is refused; otherwise
+    max_tokens is cut to the room the prompt leaves, which must hold one token."""
+    if prompt > max_model_len:
+        raise _BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {prompt} input tokens, which exceeds this limit even without any "
+            "output tokens. Please reduce the length of the input prompt.",
+            "input_tokens",
+        )
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise _BadRequest(
+            f"{key}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            key,
+        )
+    room = max_model_len - prompt
+    fitted = room if max_tokens is None else min(max_tokens, room)
+    if fitted < 1:
+        raise _BadRequest(f"max_tokens must be at least 1, got {fitted}.", "max_tokens")
+    return fitted
+
+
 class _Server:
     def __init__(self, engine: SimulatedEngine, options: ServerOptions) -> None:
         self.engine = engine
@@ -313,14 +337,9 @@ class _Server:
             max_tokens = _int_field(body, key, None if chat else 16, 1)
             if _int_field(body, "n", 1, 1) != 1:
                 raise _BadRequest("only n=1 is supported", "n")
-            room = self.engine.config.max_model_len - prompt_tokens
-            if room < 1 or (max_tokens is not None and max_tokens > room):
-                raise _BadRequest(
-                    f"This model's maximum context length is {self.engine.config.max_model_len} "
-                    f"tokens. However, you requested {prompt_tokens + (max_tokens or 0)} tokens "
-                    f"({prompt_tokens} in the messages, {max_tokens} in the completion).",
-                    key,
-                )
+            max_tokens = _fitted_max_tokens(
+                self.engine.config.max_model_len, prompt_tokens, max_tokens, key
+            )
         except _BadRequest as exc:
             return _error(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError", exc.param)
         stream = bool(body.get("stream", False))

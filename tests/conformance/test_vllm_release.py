@@ -253,3 +253,14 @@ def test_a_client_abort_reaches_no_request_metric(wheel: Path) -> None:
     metrics = engine.metrics()
     assert set(metrics.success.values()) == {0}
     assert metrics.histograms["vllm:e2e_request_latency_seconds"].count == 0
+
+
+def test_max_tokens_is_clamped_to_the_room_the_prompt_leaves(wheel: Path) -> None:
+    """vLLM refuses a prompt above max_model_len, or max_tokens above it, and otherwise cuts
+    max_tokens to max_model_len minus the prompt (the request then ends with "length")."""
+    clamp = _normalized(wheel, "vllm/entrypoints/serve/utils/api_utils.py")
+    assert "model_max_tokens = max_model_len - input_length" in clamp
+    assert "if max_model_len < input_length:" in clamp
+    checks = _normalized(wheel, "vllm/renderers/params.py")
+    assert "if len(tokens) > max_input_tokens:" in checks
+    assert "max_output_tokens > max_total_tokens" in checks

@@ -212,3 +212,34 @@ async def test_metrics_follow_accept_and_accept_encoding(client: TestClient) -> 
     assert om.headers["Content-Type"].startswith(accept)
     assert om.headers["Content-Encoding"] == "gzip"
     assert (await om.text()).endswith("# EOF\n")  # the client inflates it
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "status", "served"),
+    [
+        ("x" * 400, 100, 200, 28),  # 100 prompt tokens leave room for 28: served, cut short
+        ("x" * 400, 129, 400, "max_tokens"),  # above max_model_len itself
+        ("x" * 516, 1, 400, "input_tokens"),  # 129 prompt tokens
+        ("x" * 512, 1, 400, "max_tokens"),  # 128 prompt tokens leave no room
+    ],
+)
+async def test_max_tokens_is_cut_to_the_room_the_prompt_leaves(
+    prompt: str, max_tokens: int, status: int, served: int | str
+) -> None:
+    engine = SimulatedEngine(
+        Workload(load_workload("gsm8k")),
+        EngineConfig(served_model_name="llama", max_model_len=128),
+        track_tokens=True,
+    )
+    app = build_app(engine, ServerOptions("llama", MODEL))
+    async with TestClient(TestServer(app, **RUNNER_OPTIONS)) as small:
+        await _wait_loaded(small)
+        body = {"model": "llama", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+        response = await small.post("/v1/completions", json=body)
+        answer = await response.json()
+    assert response.status == status
+    if status == 200:
+        assert answer["usage"]["completion_tokens"] == served
+        assert answer["choices"][0]["finish_reason"] == "length"
+    else:
+        assert answer["error"]["param"] == served
