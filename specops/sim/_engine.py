@@ -17,7 +17,10 @@ end (real time). Each step follows vLLM's scheduler:
 * step time and KV capacity from the engine's truth (``EngineTruth``, the physics, not
   the controller's belief), times lognormal jitter drawn from the engine's seeded RNG and
   the pod's slowdown; tokens emitted from the request's trace by the replay rule; every
-  metric as vLLM counts it.
+  metric as vLLM counts it. vLLM's frontend records a step's IterationStats only when the
+  step emits tokens, so ``vllm:iteration_tokens_total`` observes only those steps: their
+  tokens plus the prompts whose first token they emit (a chunked prefill's earlier
+  chunks, and a preempted request's recompute, are never observed).
 """
 
 from __future__ import annotations
@@ -126,6 +129,8 @@ class FinishedRequest:
     prefill_time: float
     decode_time: float
     num_preemptions: int
+    max_tokens: int
+    """The request's max_tokens as vLLM's frontend passes it: clamped to the room left."""
 
     @property
     def e2e_latency(self) -> float:
@@ -157,6 +162,7 @@ class _Request:
         "first_token_ts",
         "generated",
         "last_token_ts",
+        "max_tokens",
         "num_preemptions",
         "pos",
         "prompt_len",
@@ -172,6 +178,7 @@ class _Request:
         arrival: float,
         prompt_len: int,
         target: int,
+        max_tokens: int,
         finish_reason: str,
         trace: npt.NDArray[np.int32],
     ) -> None:
@@ -179,6 +186,7 @@ class _Request:
         self.arrival = arrival
         self.prompt_len = prompt_len
         self.target = target
+        self.max_tokens = max_tokens
         self.finish_reason = finish_reason
         self.trace = trace
         self.generated = 0
@@ -337,22 +345,24 @@ class SimulatedEngine:
         else:
             target, reason = drawn.output_len, "stop"
         request_id = request_id or f"cmpl-{next(self._ids)}"
-        self._waiting.append(_Request(request_id, arrival, prompt, target, reason, drawn.trace))
-        self._metrics.gauges["vllm:num_requests_waiting"] = len(self._waiting)
+        self._waiting.append(
+            _Request(request_id, arrival, prompt, target, limit, reason, drawn.trace)
+        )
+        self._set_waiting()
         return request_id
 
     def abort(self, request_id: str) -> bool:
-        """Drop a request (client went away): counted as finished with reason "abort"."""
+        """Drop a request (the client went away). As in vLLM, where the frontend forgets an
+        aborted request before the engine could report it finished, nothing records it:
+        not request_success, nor any per-request histogram."""
         for queued in self._waiting:
             if queued.request_id == request_id:
                 self._waiting.remove(queued)
-                self._metrics.success["abort"] += 1
                 return True
         for slot in self._order:
             request = self._slot_request[slot]
             if request is not None and request.request_id == request_id:
                 self._release(slot)
-                self._metrics.success["abort"] += 1
                 return True
         return False
 
@@ -431,12 +441,14 @@ class SimulatedEngine:
         self.now = end
         self._emitted = ()
         generated = self._decode(decoding, k, end) if decoding.size else 0
-        first_tokens = self._finish_prefills(chunks, end)
+        first_tokens, computed_prompt_tokens = self._finish_prefills(chunks, end)
+        generated += first_tokens
         metrics = self._metrics
-        metrics.counters["vllm:generation_tokens"] += generated + first_tokens
-        metrics.histograms["vllm:iteration_tokens_total"].observe(
-            prefill_tokens + generated + first_tokens
-        )
+        metrics.counters["vllm:generation_tokens"] += generated
+        if generated:
+            metrics.histograms["vllm:iteration_tokens_total"].observe(
+                computed_prompt_tokens + generated
+            )
         emitted: tuple[tuple[str, int], ...] = ()
         if self.track_tokens:
             emitted = self._emitted
@@ -509,6 +521,9 @@ class SimulatedEngine:
         self._prefill_left[slot] = left
         if request.scheduled_ts < 0:
             request.scheduled_ts = now
+            # vLLM looks the prompt up in its prefix cache at a request's first admission;
+            # the simulated cache never hits.
+            self._metrics.counters["vllm:prefix_cache_queries"] += request.prompt_len
         return slot
 
     def _decode(self, slots: npt.NDArray[np.intp], k: int, end: float) -> int:
@@ -544,8 +559,14 @@ class SimulatedEngine:
             self._emitted = ()
         return int(emitted.sum())
 
-    def _finish_prefills(self, chunks: list[tuple[int, int]], end: float) -> int:
+    def _finish_prefills(self, chunks: list[tuple[int, int]], end: float) -> tuple[int, int]:
+        """Requests whose prefill ends get their next token; returns (tokens, prompt tokens).
+
+        The prompt tokens are those vLLM's PrefillStats count: a prompt's computed tokens,
+        once, with its first token (never again when a preempted request recomputes).
+        """
         first_tokens = 0
+        prompt_tokens = 0
         metrics = self._metrics
         extra: list[tuple[str, int]] = []
         for slot, chunk in chunks:
@@ -565,13 +586,15 @@ class SimulatedEngine:
             extra.append((request.request_id, 1))
             if request.first_token_ts < 0:
                 request.first_token_ts = end
-                metrics.counters["vllm:prompt_tokens"] += request.prompt_len
+                prompt_tokens += request.prompt_len
                 metrics.histograms["vllm:time_to_first_token_seconds"].observe(
                     end - request.arrival
                 )
         if self.track_tokens and extra:
             self._emitted = (*self._emitted, *extra)
-        return first_tokens
+        metrics.counters["vllm:prompt_tokens"] += prompt_tokens
+        metrics.labelled["vllm:prompt_tokens_by_source"]["local_compute"] += prompt_tokens
+        return first_tokens, prompt_tokens
 
     def _collect_finished(self, end: float) -> list[FinishedRequest]:
         if not self._order:
@@ -595,6 +618,7 @@ class SimulatedEngine:
                 prefill_time=request.first_token_ts - request.scheduled_ts,
                 decode_time=end - request.first_token_ts,
                 num_preemptions=request.num_preemptions,
+                max_tokens=request.max_tokens,
             )
             self._observe_finished(record)
             self._release(slot)
@@ -604,7 +628,7 @@ class SimulatedEngine:
 
     def _observe_finished(self, record: FinishedRequest) -> None:
         metrics = self._metrics
-        metrics.success[record.finish_reason] += 1
+        metrics.labelled["vllm:request_success"][record.finish_reason] += 1
         histograms = metrics.histograms
         for name, value in (
             ("vllm:e2e_request_latency_seconds", record.e2e_latency),
@@ -615,6 +639,11 @@ class SimulatedEngine:
             ("vllm:request_time_per_output_token_seconds", record.tpot),
             ("vllm:request_prompt_tokens", record.prompt_tokens),
             ("vllm:request_generation_tokens", record.output_tokens),
+            ("vllm:request_num_preemptions", record.num_preemptions),
+            ("vllm:request_prefill_kv_computed_tokens", record.prompt_tokens),  # no cache hits
+            ("vllm:request_params_max_tokens", record.max_tokens),
+            ("vllm:request_params_n", 1),
+            ("vllm:request_max_num_generation_tokens", record.output_tokens),
         ):
             histograms[name].observe(value)
 
@@ -641,5 +670,12 @@ class SimulatedEngine:
         """Gauges as the scheduler reports them: KV blocks allocated for the last step."""
         gauges = self._metrics.gauges
         gauges["vllm:num_requests_running"] = len(self._order)
-        gauges["vllm:num_requests_waiting"] = len(self._waiting)
         gauges["vllm:kv_cache_usage_perc"] = self._kv_used_blocks / self._spec.kv_blocks
+        self._set_waiting()
+
+    def _set_waiting(self) -> None:
+        """Every waiting request waits for capacity: nothing defers one here."""
+        self._metrics.gauges["vllm:num_requests_waiting"] = len(self._waiting)
+        self._metrics.labelled["vllm:num_requests_waiting_by_reason"]["capacity"] = len(
+            self._waiting
+        )

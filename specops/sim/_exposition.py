@@ -1,23 +1,32 @@
-"""vLLM's /metrics page from an EngineMetrics snapshot, produced with prometheus-client."""
+"""vLLM's /metrics page from an EngineMetrics snapshot, produced with prometheus-client.
+
+Every family vLLM always registers is on the page, with the children vLLM creates when it
+starts; counters and histograms carry the ``_created`` series prometheus-client adds (when
+the caller says when the metrics were created); the format follows the Accept header as
+prometheus-client's ``make_asgi_app``, which serves vLLM's /metrics, chooses it: OpenMetrics
+when asked for, the plain text format otherwise.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from specops.sim._metrics import EngineMetrics
-from specops.vllm import ENGINE_METRICS
+from specops.vllm import RELEASE_METRICS
 
-__all__ = ["render_metrics"]
+__all__ = ["content_type", "render_metrics"]
 
 _PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
@@ -28,31 +37,43 @@ def _le(bound: float) -> str:
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, metrics: EngineMetrics, model_name: str, speculative: bool) -> None:
+    def __init__(
+        self, metrics: EngineMetrics, model_name: str, speculative: bool, created: float | None
+    ) -> None:
         self._metrics = metrics
-        self._labels = [model_name, "0"]
+        self._base = {"model_name": model_name, "engine": "0"}
         self._speculative = speculative
+        self._created = created
+
+    def _children(self, name: str) -> list[tuple[list[str], float]]:
+        """Each child's label values and value, for a counter or a gauge."""
+        spec = RELEASE_METRICS[name]
+        base = [self._base[label] for label in spec.labels if label in self._base]
+        metrics = self._metrics
+        if name == _PER_POSITION:
+            per_position = enumerate(metrics.accepted_per_position)
+            return [([*base, str(position)], value) for position, value in per_position]
+        if spec.label_values:
+            return [([*base, label], value) for label, value in metrics.labelled[name].items()]
+        values = metrics.counters if spec.kind == "counter" else metrics.gauges
+        return [(base, values[name])]
 
     def collect(self) -> Iterator[Metric]:
         metrics = self._metrics
-        for name, spec in ENGINE_METRICS.items():
+        created = self._created
+        for name, spec in RELEASE_METRICS.items():
             if name.startswith("vllm:spec_decode_") and not self._speculative:
                 continue
             labels = list(spec.labels)
             if spec.kind == "counter":
                 counter = CounterMetricFamily(name, spec.documentation, labels=labels)
-                if name == "vllm:request_success":
-                    for reason, value in metrics.success.items():
-                        counter.add_metric([*self._labels, reason], value)
-                elif name == _PER_POSITION:
-                    for position, value in enumerate(metrics.accepted_per_position):
-                        counter.add_metric([*self._labels, str(position)], value)
-                else:
-                    counter.add_metric(self._labels, metrics.counters[name])
+                for values, value in self._children(name):
+                    counter.add_metric(values, value, created=created)
                 yield counter
             elif spec.kind == "gauge":
                 gauge = GaugeMetricFamily(name, spec.documentation, labels=labels)
-                gauge.add_metric(self._labels, metrics.gauges[name])
+                for values, value in self._children(name):
+                    gauge.add_metric(values, value)
                 yield gauge
             else:
                 snapshot = metrics.histograms[name]
@@ -63,12 +84,30 @@ class _SnapshotCollector(Collector):
                         (*snapshot.bounds, float("inf")), snapshot.cumulative, strict=True
                     )
                 ]
-                histogram.add_metric(self._labels, buckets, snapshot.total)
+                values = [self._base[label] for label in labels]
+                histogram.add_metric(values, buckets, snapshot.total)
+                if created is not None:
+                    child = dict(zip(labels, values, strict=True))
+                    histogram.samples.append(Sample(f"{name}_created", child, created))
                 yield histogram
 
 
-def render_metrics(metrics: EngineMetrics, model_name: str, *, speculative: bool) -> bytes:
-    """The Prometheus text page; spec-decode families only when speculation is on, as vLLM."""
+def render_metrics(
+    metrics: EngineMetrics,
+    model_name: str,
+    *,
+    speculative: bool,
+    created: float | None = None,
+    accept: str = "",
+) -> bytes:
+    """The page in the format ``accept`` asks for; spec-decode families only when speculation
+    is on, as vLLM; ``_created`` series only with ``created`` (Unix seconds)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(metrics, model_name, speculative))
-    return generate_latest(registry)
+    registry.register(_SnapshotCollector(metrics, model_name, speculative, created))
+    encoder, _ = choose_encoder(accept)
+    return encoder(registry)
+
+
+def content_type(accept: str) -> str:
+    """The Content-Type of :func:`render_metrics`'s page for the Accept header ``accept``."""
+    return choose_encoder(accept)[1]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specops.vllm._metrics import ENGINE_METRICS, FINISH_REASONS, bucket_bounds
+from specops.vllm._metrics import RELEASE_METRICS, bucket_bounds
 
 __all__ = [
     "EngineMetrics",
@@ -41,9 +41,15 @@ class EngineMetrics:
 
     counters: Mapping[str, int]
     accepted_per_position: tuple[int, ...]
-    success: Mapping[str, int]
+    labelled: Mapping[str, Mapping[str, float]]
+    """Families with one child per value of a last label (MetricSpec.label_values)."""
     gauges: Mapping[str, float]
     histograms: Mapping[str, HistogramSnapshot]
+
+    @property
+    def success(self) -> Mapping[str, float]:
+        """vllm:request_success by finished_reason."""
+        return self.labelled["vllm:request_success"]
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -81,22 +87,30 @@ class MetricsRecorder:
     """Mutable accumulators owned by one engine; ``snapshot`` gives an immutable copy."""
 
     def __init__(self, max_model_len: int) -> None:
-        self.counters: dict[str, int] = {
-            name: 0 for name, spec in ENGINE_METRICS.items() if spec.kind == "counter"
+        plain = {
+            name: spec
+            for name, spec in RELEASE_METRICS.items()
+            if not spec.label_values and name != "vllm:spec_decode_num_accepted_tokens_per_pos"
         }
-        del self.counters["vllm:request_success"]
-        del self.counters["vllm:spec_decode_num_accepted_tokens_per_pos"]
+        self.counters: dict[str, int] = {
+            name: 0 for name, spec in plain.items() if spec.kind == "counter"
+        }
         self.accepted_per_position: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.num_positions = 0
-        self.success: dict[str, int] = dict.fromkeys(FINISH_REASONS, 0)
+        self.labelled: dict[str, dict[str, float]] = {
+            name: dict.fromkeys(spec.label_values, 0.0)
+            for name, spec in RELEASE_METRICS.items()
+            if spec.label_values
+        }
         self.gauges: dict[str, float] = {
-            name: 0.0 for name, spec in ENGINE_METRICS.items() if spec.kind == "gauge"
+            name: 0.0 for name, spec in plain.items() if spec.kind == "gauge"
         }
         self.histograms: dict[str, _Histogram] = {
             name: _Histogram(bucket_bounds(spec.buckets or "", max_model_len))
-            for name, spec in ENGINE_METRICS.items()
+            for name, spec in plain.items()
             if spec.kind == "histogram"
         }
+        self.labelled["vllm:engine_sleep_state"]["awake"] = 1.0
 
     def set_positions(self, positions: int) -> None:
         """Export ``positions`` per-position counters (vLLM: num_speculative_tokens)."""
@@ -112,7 +126,7 @@ class MetricsRecorder:
             accepted_per_position=tuple(
                 int(c) for c in self.accepted_per_position[: self.num_positions]
             ),
-            success=dict(self.success),
+            labelled={name: dict(values) for name, values in self.labelled.items()},
             gauges=dict(self.gauges),
             histograms={name: h.snapshot() for name, h in self.histograms.items()},
         )

@@ -14,6 +14,7 @@ once); then the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import math
@@ -27,11 +28,12 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.exposition import gzip_accepted
 
 from specops.sim._engine import FinishedRequest, SimulatedEngine
-from specops.sim._exposition import render_metrics
+from specops.sim._exposition import content_type, render_metrics
 
-__all__ = ["ServerOptions", "build_app", "count_prompt_tokens", "serve"]
+__all__ = ["RUNNER_OPTIONS", "ServerOptions", "build_app", "count_prompt_tokens", "serve"]
 
 _log = logging.getLogger(__name__)
 _WORDS = (
@@ -125,6 +127,30 @@ def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
     raise _BadRequest("prompt must be a string or a list of token ids", "prompt")
 
 
+def _fitted_max_tokens(max_model_len: int, prompt: int, max_tokens: int | None, key: str) -> int:
+    """vLLM's checks and clamp (renderers/params.py, serve/utils/api_utils.py get_max_tokens):
+    a prompt longer than max_model_len or a max_tokens above it is refused; otherwise
+    max_tokens is cut to the room the prompt leaves, which must hold one token."""
+    if prompt > max_model_len:
+        raise _BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {prompt} input tokens, which exceeds this limit even without any "
+            "output tokens. Please reduce the length of the input prompt.",
+            "input_tokens",
+        )
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise _BadRequest(
+            f"{key}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            key,
+        )
+    room = max_model_len - prompt
+    fitted = room if max_tokens is None else min(max_tokens, room)
+    if fitted < 1:
+        raise _BadRequest(f"max_tokens must be at least 1, got {fitted}.", "max_tokens")
+    return fitted
+
+
 class _Server:
     def __init__(self, engine: SimulatedEngine, options: ServerOptions) -> None:
         self.engine = engine
@@ -132,6 +158,7 @@ class _Server:
         self.loaded = False
         self.dead = False
         self.created = int(time.time())
+        self.metrics_created = time.time()
         self.draining = False
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -175,6 +202,7 @@ class _Server:
     async def _load_then_run(self) -> None:
         await asyncio.sleep(self.options.startup_delay_s)
         self.loaded = True
+        self.metrics_created = time.time()  # vLLM's stat logger starts once the model loads
         _log.info("model %s loaded; serving", self.options.model)
         try:
             await self._run()
@@ -254,13 +282,21 @@ class _Server:
         }
         return web.json_response({"object": "list", "data": [card]})
 
-    async def metrics(self, _: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:
+        """The page as prometheus-client serves vLLM's: format by Accept, gzip if accepted."""
+        accept = request.headers.get("Accept", "")
         page = render_metrics(
             self.engine.metrics(),
             self.options.served_model_name,
             speculative=self.engine.speculative_config is not None,
+            created=self.metrics_created,
+            accept=accept,
         )
-        return web.Response(body=page, content_type="text/plain", charset="utf-8")
+        headers = {"Content-Type": content_type(accept)}
+        if gzip_accepted(request.headers.get("Accept-Encoding", "")):
+            page = gzip.compress(page)
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=page, headers=headers)
 
     # -- generation --------------------------------------------------------------------
 
@@ -301,14 +337,9 @@ class _Server:
             max_tokens = _int_field(body, key, None if chat else 16, 1)
             if _int_field(body, "n", 1, 1) != 1:
                 raise _BadRequest("only n=1 is supported", "n")
-            room = self.engine.config.max_model_len - prompt_tokens
-            if room < 1 or (max_tokens is not None and max_tokens > room):
-                raise _BadRequest(
-                    f"This model's maximum context length is {self.engine.config.max_model_len} "
-                    f"tokens. However, you requested {prompt_tokens + (max_tokens or 0)} tokens "
-                    f"({prompt_tokens} in the messages, {max_tokens} in the completion).",
-                    key,
-                )
+            max_tokens = _fitted_max_tokens(
+                self.engine.config.max_model_len, prompt_tokens, max_tokens, key
+            )
         except _BadRequest as exc:
             return _error(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError", exc.param)
         stream = bool(body.get("stream", False))
@@ -338,12 +369,17 @@ class _Server:
             if stream:
                 return await responder.stream(request, queue, include_usage)
             return await responder.complete(queue)
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            # As vLLM: a client that disconnects aborts its request; that is no error.
+            _log.debug("request %s aborted: the client disconnected", request_id)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return web.Response()  # nobody is left to read it
         finally:
             del self._streams[request_id]
             if not self._streams:
                 self._idle.set()
-            if not responder.done:
-                self.engine.abort(request_id)
+            self.engine.abort(request_id)  # a no-op once the request has finished
 
 
 class _Responder:
@@ -356,7 +392,6 @@ class _Responder:
         self.prompt_tokens = prompt_tokens
         self.created = int(time.time())
         self.generated = 0
-        self.done = False
 
     def _text(self, tokens: int) -> str:
         start = self.generated
@@ -410,7 +445,6 @@ class _Responder:
                     "the engine died", HTTPStatus.INTERNAL_SERVER_ERROR, "EngineDeadError"
                 )
             if isinstance(item, FinishedRequest | _Aborted):
-                self.done = isinstance(item, FinishedRequest)
                 body = self._envelope(
                     [self._choice("".join(parts), item.finish_reason, False)], False
                 )
@@ -447,7 +481,6 @@ class _Responder:
                 )
                 break
             if isinstance(item, FinishedRequest | _Aborted):
-                self.done = isinstance(item, FinishedRequest)
                 await send(self._envelope([self._choice("", item.finish_reason, True)], True))
                 if include_usage:
                     final = self._envelope([], True)
@@ -461,6 +494,10 @@ class _Responder:
 
 
 _SERVER = web.AppKey("server", _Server)
+
+RUNNER_OPTIONS: dict[str, Any] = {"handler_cancellation": True}
+"""How the app must be run: a client's disconnect cancels its handler (vLLM aborts the
+request), which aiohttp does only when asked."""
 
 
 def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Application:
@@ -482,7 +519,7 @@ def build_app(engine: SimulatedEngine, options: ServerOptions) -> web.Applicatio
 
 async def serve(app: web.Application, host: str, port: int) -> None:
     """Serve ``app`` (from :func:`build_app`) until SIGTERM or SIGINT, then drain and stop."""
-    runner = web.AppRunner(app, shutdown_timeout=_HANDLER_GRACE_S)
+    runner = web.AppRunner(app, shutdown_timeout=_HANDLER_GRACE_S, **RUNNER_OPTIONS)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

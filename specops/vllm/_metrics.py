@@ -1,9 +1,12 @@
 """The vLLM 0.33.0 metrics specops exports (simulated engine) and reads (sidecar, dashboards).
 
 Names, types, label names and histogram buckets as ``vllm/v1/metrics/loggers.py``,
-``vllm/v1/spec_decode/metrics.py`` and ``vllm/v1/metrics/buckets.py`` define them in
-the wheel; the conformance tests compare every entry here with that source. Counter
-names are the registered names: prometheus-client adds ``_total`` on the page.
+``vllm/v1/metrics/perf.py``, ``vllm/v1/spec_decode/metrics.py`` and
+``vllm/v1/metrics/buckets.py`` define them in the wheel; the conformance tests compare
+every entry here with that source. Counter names are the registered names:
+prometheus-client adds ``_total`` on the page. :data:`ENGINE_METRICS` are those specops
+reads; :data:`OTHER_METRICS` the rest of what vLLM always registers, which the simulated
+engine exports too; :data:`RELEASE_METRICS` both.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ __all__ = [
     "FINISH_REASONS",
     "INTER_TOKEN_LATENCY_BUCKETS",
     "ITERATION_TOKENS_BUCKETS",
+    "OTHER_METRICS",
+    "RELEASE_METRICS",
     "REQUEST_LATENCY_BUCKETS",
+    "REQUEST_NUM_PREEMPTIONS_BUCKETS",
+    "REQUEST_PARAMS_N_BUCKETS",
     "TIME_TO_FIRST_TOKEN_BUCKETS",
     "MetricKind",
     "MetricSpec",
@@ -46,6 +53,8 @@ INTER_TOKEN_LATENCY_BUCKETS: tuple[float, ...] = (
 ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (
     1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
 )  # fmt: skip
+REQUEST_PARAMS_N_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20)
+REQUEST_NUM_PREEMPTIONS_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 10, 20)
 
 
 def request_tokens_buckets(max_model_len: int) -> tuple[float, ...]:
@@ -66,7 +75,8 @@ class MetricSpec:
     """One vLLM metric: registered name, type, label names, documentation, buckets.
 
     ``buckets`` names a bucket family of vllm/v1/metrics/buckets.py for histograms;
-    ``request_tokens`` depends on max_model_len.
+    ``request_tokens`` depends on max_model_len. ``label_values``: the values of the last
+    label, for a family vLLM creates a child of per value when it starts.
     """
 
     name: str
@@ -74,6 +84,7 @@ class MetricSpec:
     documentation: str
     labels: tuple[str, ...] = ENGINE_LABELS
     buckets: str | None = None
+    label_values: tuple[str, ...] = ()
 
 
 _H: MetricKind = "histogram"
@@ -99,6 +110,7 @@ ENGINE_METRICS: dict[str, MetricSpec] = {
             "counter",
             "Count of successfully processed requests.",
             labels=(*ENGINE_LABELS, "finished_reason"),
+            label_values=FINISH_REASONS,
         ),
         MetricSpec("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts."),
         MetricSpec("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens."),
@@ -178,11 +190,144 @@ ENGINE_METRICS: dict[str, MetricSpec] = {
     )
 }
 
+_C: MetricKind = "counter"
+OTHER_METRICS: dict[str, MetricSpec] = {
+    spec.name: spec
+    for spec in (
+        MetricSpec(
+            "vllm:num_requests_waiting_by_reason",
+            "gauge",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+            "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
+            "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+            labels=(*ENGINE_LABELS, "reason"),
+            label_values=("capacity", "deferred"),
+        ),
+        MetricSpec(
+            "vllm:engine_sleep_state",
+            "gauge",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+            "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+            "level 2.",
+            labels=(*ENGINE_LABELS, "sleep_state"),
+            label_values=("awake", "weights_offloaded", "discard_all"),
+        ),
+        MetricSpec(
+            "vllm:prefix_cache_queries",
+            _C,
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ),
+        MetricSpec(
+            "vllm:prefix_cache_hits", _C, "Prefix cache hits, in terms of number of cached tokens."
+        ),
+        MetricSpec(
+            "vllm:external_prefix_cache_queries",
+            _C,
+            "External prefix cache queries from KV connector cross-instance cache sharing, in "
+            "terms of number of queried tokens.",
+        ),
+        MetricSpec(
+            "vllm:external_prefix_cache_hits",
+            _C,
+            "External prefix cache hits from KV connector cross-instance cache sharing, in "
+            "terms of number of cached tokens.",
+        ),
+        MetricSpec(
+            "vllm:mm_cache_queries",
+            _C,
+            "Multi-modal cache queries, in terms of number of queried items.",
+        ),
+        MetricSpec(
+            "vllm:mm_cache_hits", _C, "Multi-modal cache hits, in terms of number of cached items."
+        ),
+        MetricSpec(
+            "vllm:prompt_tokens_by_source",
+            _C,
+            "Number of prompt tokens by source.",
+            labels=(*ENGINE_LABELS, "source"),
+            label_values=("local_compute", "local_cache_hit", "external_kv_transfer"),
+        ),
+        MetricSpec(
+            "vllm:prompt_tokens_cached",
+            _C,
+            "Number of cached prompt tokens (local + external).",
+        ),
+        MetricSpec(
+            "vllm:prompt_tokens_cached_by_source",
+            _C,
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
+            "host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+            "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+            "vllm:external_prefix_cache_hits.",
+            labels=(*ENGINE_LABELS, "source"),
+            label_values=("device", "host", "p2p", "disk", "external_unspecified"),
+        ),
+        MetricSpec(
+            "vllm:admission_rejections",
+            _C,
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            labels=("model_name", "reason"),
+            label_values=("max_num_queued_reqs", "max_num_queued_tokens"),
+        ),
+        MetricSpec(
+            "vllm:request_max_num_generation_tokens",
+            _H,
+            "Histogram of maximum number of requested generation tokens.",
+            buckets="request_tokens",
+        ),
+        MetricSpec(
+            "vllm:request_params_n",
+            _H,
+            "Histogram of the n request parameter.",
+            buckets="request_params_n",
+        ),
+        MetricSpec(
+            "vllm:request_params_max_tokens",
+            _H,
+            "Histogram of the max_tokens request parameter.",
+            buckets="request_tokens",
+        ),
+        MetricSpec(
+            "vllm:request_num_preemptions",
+            _H,
+            "Histogram of the number of times a request was preempted.",
+            buckets="request_num_preemptions",
+        ),
+        MetricSpec(
+            "vllm:request_prefill_kv_computed_tokens",
+            _H,
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            buckets="request_tokens",
+        ),
+        MetricSpec(
+            "vllm:estimated_flops_per_gpu_total",
+            _C,
+            "Estimated number of floating point operations per GPU (for Model Flops "
+            "Utilization calculations).",
+        ),
+        MetricSpec(
+            "vllm:estimated_read_bytes_per_gpu_total",
+            _C,
+            "Estimated number of bytes read from memory per GPU (for Model Flops Utilization "
+            "calculations).",
+        ),
+        MetricSpec(
+            "vllm:estimated_write_bytes_per_gpu_total",
+            _C,
+            "Estimated number of bytes written to memory per GPU (for Model Flops Utilization "
+            "calculations).",
+        ),
+    )
+}
+RELEASE_METRICS: dict[str, MetricSpec] = {**ENGINE_METRICS, **OTHER_METRICS}
+
 _STATIC_BUCKETS: dict[str, tuple[float, ...]] = {
     "request_latency": REQUEST_LATENCY_BUCKETS,
     "time_to_first_token": TIME_TO_FIRST_TOKEN_BUCKETS,
     "inter_token_latency": INTER_TOKEN_LATENCY_BUCKETS,
     "iteration_tokens": ITERATION_TOKENS_BUCKETS,
+    "request_params_n": REQUEST_PARAMS_N_BUCKETS,
+    "request_num_preemptions": REQUEST_NUM_PREEMPTIONS_BUCKETS,
 }
 
 

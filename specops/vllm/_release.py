@@ -8,9 +8,11 @@ method enum check and the dashboards compare specops's constants with what this 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import zipfile
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,6 +27,7 @@ __all__ = [
     "ensure_wheel",
     "release_bucket_families",
     "release_finish_reasons",
+    "release_label_values",
     "release_metrics",
     "release_speculative_keys",
     "release_speculative_methods",
@@ -33,6 +36,7 @@ __all__ = [
 
 _LOGGERS = "vllm/v1/metrics/loggers.py"
 _SPEC_METRICS = "vllm/v1/spec_decode/metrics.py"
+_PERF = "vllm/v1/metrics/perf.py"
 _BUCKETS = "vllm/v1/metrics/buckets.py"
 _SPEC_CONFIG = "vllm/config/speculative.py"
 _ENGINE = "vllm/v1/engine/__init__.py"
@@ -75,12 +79,17 @@ def wheel_source(wheel: Path, member: str) -> str:
 
 @dataclass(frozen=True)
 class ReleaseMetric:
-    """A metric as the release registers it; ``bucket_family`` from its histogram_buckets call."""
+    """A metric as the release registers it; ``bucket_family`` from its histogram_buckets call.
+
+    ``always``: registered whatever the configuration (not under an ``if``, nor after an
+    early return such as SpecDecodingProm's without a speculative config).
+    """
 
     name: str
     kind: str
     labels: tuple[str, ...]
     bucket_family: str | None
+    always: bool
 
 
 class _Resolver:
@@ -118,9 +127,26 @@ class _Resolver:
         raise ReleaseError(f"cannot evaluate {ast.unparse(node)}")
 
 
+def _conditional_calls(tree: ast.AST) -> set[int]:
+    """The ids of the calls a function makes only under a condition: inside an ``if``, or
+    after an ``if`` that returns early."""
+    conditional: set[int] = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        gated = False
+        for statement in function.body:
+            if gated or isinstance(statement, ast.If):
+                conditional.update(id(n) for n in ast.walk(statement) if isinstance(n, ast.Call))
+            if isinstance(statement, ast.If) and isinstance(statement.body[-1], ast.Return):
+                gated = True
+    return conditional
+
+
 def _metric_calls(source: str, seed: dict[str, object]) -> list[ReleaseMetric]:
     tree = ast.parse(source)
     resolver = _Resolver(tree, seed)
+    conditional = _conditional_calls(tree)
     found: list[ReleaseMetric] = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
@@ -151,7 +177,10 @@ def _metric_calls(source: str, seed: dict[str, object]) -> list[ReleaseMetric]:
             bucket = resolver.value(keywords["buckets"])
             assert isinstance(bucket, tuple)
             family = str(bucket[1])
-        found += [ReleaseMetric(n, kind, tuple(str(x) for x in labels), family) for n in names]
+        always = id(node) not in conditional
+        found += [
+            ReleaseMetric(n, kind, tuple(str(x) for x in labels), family, always) for n in names
+        ]
     return found
 
 
@@ -172,11 +201,101 @@ def _tuples_named(tree: ast.AST, name: str, resolver: _Resolver) -> list[tuple[o
 
 
 def release_metrics(wheel: Path) -> dict[str, ReleaseMetric]:
-    """Every engine and spec-decode metric the Prometheus stat logger registers."""
+    """Every engine, performance and spec-decode metric the Prometheus stat logger registers."""
     loggers = _metric_calls(wheel_source(wheel, _LOGGERS), {})
     engine_labels = next(m.labels for m in loggers if m.name == "vllm:num_requests_running")
-    spec = _metric_calls(wheel_source(wheel, _SPEC_METRICS), {"labelnames": engine_labels})
-    return {metric.name: metric for metric in (*loggers, *spec)}
+    seed: dict[str, object] = {"labelnames": engine_labels}
+    perf = _metric_calls(wheel_source(wheel, _PERF), seed)
+    spec = _metric_calls(wheel_source(wheel, _SPEC_METRICS), seed)
+    return {metric.name: metric for metric in (*loggers, *perf, *spec)}
+
+
+def _module_class(wheel: Path, module: str, name: str) -> ast.ClassDef:
+    base = module.replace(".", "/")
+    for member in (f"{base}.py", f"{base}/__init__.py"):
+        with suppress(ReleaseError):
+            for node in ast.walk(ast.parse(wheel_source(wheel, member))):
+                if isinstance(node, ast.ClassDef) and node.name == name:
+                    return node
+    raise ReleaseError(f"no class {name} in {module}")
+
+
+def _class_strings(node: ast.ClassDef, attribute: str | None) -> tuple[str, ...]:
+    """An enum's member values (``attribute`` None) or a class attribute's literal strings."""
+    values: list[str] = []
+    for item in node.body:
+        target = item.targets[0] if isinstance(item, ast.Assign) else getattr(item, "target", None)
+        value = getattr(item, "value", None)
+        if not isinstance(target, ast.Name) or value is None:
+            continue
+        if attribute is None and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            values.append(value.value)
+        elif target.id == attribute:
+            return tuple(str(v) for v in ast.literal_eval(value))
+    return tuple(values)
+
+
+def release_label_values(wheel: Path) -> dict[str, tuple[str, ...]]:
+    """For each family the Prometheus stat logger always registers with a label beyond
+    model_name and engine, the values it creates a child for when it starts: read from the
+    loop after its registration that creates the children (``str(FinishReason)`` is
+    FINISH_REASON_STRINGS)."""
+    tree = ast.parse(wheel_source(wheel, _LOGGERS))
+    resolver = _Resolver(tree, {})
+    imports = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+    def evaluate(node: ast.expr) -> tuple[str, ...]:
+        if isinstance(node, ast.Name) and node.id == "FinishReason":
+            return release_finish_reasons(wheel)
+        if isinstance(node, ast.Name) and node.id in imports:
+            return _class_strings(_module_class(wheel, imports[node.id], node.id), None)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = _module_class(wheel, imports[node.value.id], node.value.id)
+            return _class_strings(owner, node.attr)
+        value = resolver.value(node)
+        assert isinstance(value, tuple)
+        return tuple(str(v) for v in value)
+
+    labelled = {
+        m.name
+        for m in release_metrics(wheel).values()
+        if m.always and m.labels[-1] not in ("model_name", "engine")
+    }
+    init = next(
+        item
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef) and node.name == "PrometheusStatLogger"
+        for item in node.body
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__"
+    )
+    registered: dict[str, str] = {}
+    values: dict[str, tuple[str, ...]] = {}
+    for statement in init.body:
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+            keywords = {k.arg: k.value for k in statement.value.keywords}
+            name = keywords.get("name")
+            if isinstance(name, ast.Constant) and name.value in labelled:
+                registered[ast.unparse(statement.targets[0])] = str(name.value)
+        for loop in ast.walk(statement):
+            if isinstance(loop, ast.For):
+                body, iterable = "\n".join(ast.unparse(b) for b in loop.body), loop.iter
+            elif isinstance(loop, ast.DictComp | ast.ListComp):
+                body, iterable = ast.unparse(loop), loop.generators[0].iter
+            else:
+                continue
+            for variable, metric in registered.items():
+                used = re.search(rf"(?<![\w.]){re.escape(variable)}\b", body)
+                if metric not in values and used:
+                    values[metric] = evaluate(iterable)
+    missing = labelled - set(values)
+    if missing:
+        raise ReleaseError(f"no loop creates the children of {sorted(missing)}")
+    return values
 
 
 def release_bucket_families(wheel: Path) -> dict[str, tuple[float, ...]]:

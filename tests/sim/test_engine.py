@@ -117,6 +117,9 @@ def test_counters_only_grow_and_tokens_add_up() -> None:
     finished = sim.take_finished()
     assert len(finished) == 40
     assert previous.counters["vllm:generation_tokens"] == sum(f.output_tokens for f in finished)
+    assert previous.histograms["vllm:iteration_tokens_total"].total == (
+        previous.counters["vllm:prompt_tokens"] + previous.counters["vllm:generation_tokens"]
+    )
     assert previous.success["stop"] + previous.success["length"] == 40
     assert previous.gauges["vllm:num_requests_running"] == 0
 
@@ -135,7 +138,12 @@ def test_kv_pressure_preempts_and_every_request_still_finishes() -> None:
         sim.step()
         peak = max(peak, sim.metrics().gauges["vllm:kv_cache_usage_perc"])
     finished = sim.take_finished()
-    assert sim.metrics().counters["vllm:num_preemptions"] > 0
+    metrics = sim.metrics()
+    assert metrics.counters["vllm:num_preemptions"] > 0
+    # Recomputing a preempted request's prompt is never observed again.
+    assert metrics.histograms["vllm:iteration_tokens_total"].total == (
+        metrics.counters["vllm:prompt_tokens"] + metrics.counters["vllm:generation_tokens"]
+    )
     assert sorted(f.output_tokens for f in finished) == [600] * 30
     assert 0.9 < peak <= 1.0
     assert any(f.num_preemptions for f in finished)

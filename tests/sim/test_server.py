@@ -1,6 +1,8 @@
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
+from contextlib import suppress
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -8,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim import parse_speculative_config as parse
-from specops.sim._server import ServerOptions, build_app
+from specops.sim._server import RUNNER_OPTIONS, ServerOptions, build_app
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -24,7 +26,7 @@ async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
         track_tokens=True,
     )
     app = build_app(engine, ServerOptions("llama", MODEL, startup_delay_s=0.2))
-    async with TestClient(TestServer(app)) as test_client:
+    async with TestClient(TestServer(app, **RUNNER_OPTIONS)) as test_client:
         yield test_client
 
 
@@ -161,3 +163,83 @@ async def test_time_to_first_token_does_not_count_idle_time(client: TestClient) 
     }
     assert ttft["vllm:time_to_first_token_seconds_count"] == 1
     assert ttft["vllm:time_to_first_token_seconds_sum"] < 0.2
+
+
+async def _scrape(client: TestClient, family: str) -> dict[str, float]:  # type: ignore[type-arg]
+    page = await (await client.get("/metrics")).text()
+    return {
+        f"{s.name}{s.labels.get('finished_reason', '')}": s.value
+        for f in text_string_to_metric_families(page)
+        if f.name == family
+        for s in f.samples
+    }
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_client_that_disconnects_aborts_its_request_quietly(
+    client: TestClient,  # type: ignore[type-arg]
+    caplog: pytest.LogCaptureFixture,
+    stream: bool,
+) -> None:
+    await _wait_loaded(client)
+    body = {"model": "llama", "prompt": "x", "max_tokens": 5000, "ignore_eos": True}
+    if stream:
+        response = await client.post("/v1/completions", json={**body, "stream": True})
+        await response.content.readline()
+        response.close()  # the client goes away mid-stream
+    else:
+        with suppress(TimeoutError):  # the client gives up waiting
+            await asyncio.wait_for(client.post("/v1/completions", json=body), 0.3)
+    await asyncio.sleep(0.1)
+    # A short request steps the engine: were the long one still running, it would count.
+    done = await client.post("/v1/completions", json={**body, "max_tokens": 2})
+    assert done.status == 200
+    running = await _scrape(client, "vllm:num_requests_running")
+    assert running == {"vllm:num_requests_running": 0.0}
+    success = await _scrape(client, "vllm:request_success")
+    assert success["vllm:request_success_totalabort"] == 0
+    assert sum(success.values()) == 1  # the short request
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_metrics_follow_accept_and_accept_encoding(client: TestClient) -> None:  # type: ignore[type-arg]
+    await _wait_loaded(client)
+    plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+    assert plain.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "Content-Encoding" not in plain.headers
+    accept = "application/openmetrics-text; version=1.0.0"
+    om = await client.get("/metrics", headers={"Accept": accept, "Accept-Encoding": "gzip"})
+    assert om.headers["Content-Type"].startswith(accept)
+    assert om.headers["Content-Encoding"] == "gzip"
+    assert (await om.text()).endswith("# EOF\n")  # the client inflates it
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "status", "served"),
+    [
+        ("x" * 400, 100, 200, 28),  # 100 prompt tokens leave room for 28: served, cut short
+        ("x" * 400, 129, 400, "max_tokens"),  # above max_model_len itself
+        ("x" * 516, 1, 400, "input_tokens"),  # 129 prompt tokens
+        ("x" * 512, 1, 400, "max_tokens"),  # 128 prompt tokens leave no room
+    ],
+)
+async def test_max_tokens_is_cut_to_the_room_the_prompt_leaves(
+    prompt: str, max_tokens: int, status: int, served: int | str
+) -> None:
+    engine = SimulatedEngine(
+        Workload(load_workload("gsm8k")),
+        EngineConfig(served_model_name="llama", max_model_len=128),
+        track_tokens=True,
+    )
+    app = build_app(engine, ServerOptions("llama", MODEL))
+    async with TestClient(TestServer(app, **RUNNER_OPTIONS)) as small:
+        await _wait_loaded(small)
+        body = {"model": "llama", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+        response = await small.post("/v1/completions", json=body)
+        answer = await response.json()
+    assert response.status == status
+    if status == 200:
+        assert answer["usage"]["completion_tokens"] == served
+        assert answer["choices"][0]["finish_reason"] == "length"
+    else:
+        assert answer["error"]["param"] == served
