@@ -2,9 +2,11 @@
 
 Every family vLLM always registers is on the page, with the children vLLM creates when it
 starts; counters and histograms carry the ``_created`` series prometheus-client adds (when
-the caller says when the metrics were created); the format follows the Accept header as
-prometheus-client's ``make_asgi_app``, which serves vLLM's /metrics, chooses it: OpenMetrics
-when asked for, the plain text format otherwise.
+the caller says when the metrics were created). The page is always in the text format
+(0.0.4), whatever the Accept header asks: prometheus-client 0.26's OpenMetrics writer escapes
+the colons of vLLM's names (``vllm:num_preemptions`` becomes ``vllm_num_preemptions``), so a
+Prometheus that asks for OpenMetrics (every current one does) would store every series under
+a name no dashboard, alert or sidecar query reads.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from specops.sim._metrics import EngineMetrics
 from specops.vllm import RELEASE_METRICS
 
-__all__ = ["content_type", "render_metrics"]
+__all__ = ["CONTENT_TYPE", "render_metrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 _PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
@@ -98,16 +102,9 @@ def render_metrics(
     *,
     speculative: bool,
     created: float | None = None,
-    accept: str = "",
 ) -> bytes:
-    """The page in the format ``accept`` asks for; spec-decode families only when speculation
-    is on, as vLLM; ``_created`` series only with ``created`` (Unix seconds)."""
+    """The page (text format); spec-decode families only when speculation is on, as vLLM;
+    ``_created`` series only with ``created`` (Unix seconds)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SnapshotCollector(metrics, model_name, speculative, created))
-    encoder, _ = choose_encoder(accept)
-    return encoder(registry)
-
-
-def content_type(accept: str) -> str:
-    """The Content-Type of :func:`render_metrics`'s page for the Accept header ``accept``."""
-    return choose_encoder(accept)[1]
+    return generate_latest(registry)

@@ -31,7 +31,7 @@ from aiohttp import web
 from prometheus_client.exposition import gzip_accepted
 
 from specops.sim._engine import FinishedRequest, SimulatedEngine
-from specops.sim._exposition import content_type, render_metrics
+from specops.sim._exposition import CONTENT_TYPE, render_metrics
 
 __all__ = ["RUNNER_OPTIONS", "ServerOptions", "build_app", "count_prompt_tokens", "serve"]
 
@@ -283,16 +283,14 @@ class _Server:
         return web.json_response({"object": "list", "data": [card]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """The page as prometheus-client serves vLLM's: format by Accept, gzip if accepted."""
-        accept = request.headers.get("Accept", "")
+        """vLLM's page (the text format: see specops.sim._exposition), gzip if accepted."""
         page = render_metrics(
             self.engine.metrics(),
             self.options.served_model_name,
             speculative=self.engine.speculative_config is not None,
             created=self.metrics_created,
-            accept=accept,
         )
-        headers = {"Content-Type": content_type(accept)}
+        headers = {"Content-Type": CONTENT_TYPE}
         if gzip_accepted(request.headers.get("Accept-Encoding", "")):
             page = gzip.compress(page)
             headers["Content-Encoding"] = "gzip"
