@@ -108,8 +108,9 @@ def plan_steps(
             "podrunner",
             "Start the pod runner and Prometheus",
             f"each pod on the fake GPU nodes runs as `specops sim serve` with its own arguments"
-            f" (profile {options.profile}, workload {options.workload}, model load"
-            f" {options.startup_delay_s:g} s) plus its sidecar; Prometheus scrapes them",
+            f" (engine truth {options.truth}, workload {options.workload}, model load"
+            f" {options.startup_delay_s:g} s) plus its sidecar; Prometheus scrapes them; the"
+            f" controller is given the profile {options.profile}, not the truth",
         ),
         Step(
             "service",
