@@ -126,7 +126,7 @@ def plan_steps(
         Step(
             "baselines",
             "Replay the same day on the simulated engine in virtual time",
-            f"no speculation and static k={initial_k}, same profile and workload"
+            f"no speculation and static k={initial_k}, on the engine truth {options.truth}"
             " (simulated, seconds of compute)",
         ),
         Step("report", "Write the report", f"{options.out_dir}/report.md and PNG plots"),

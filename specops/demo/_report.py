@@ -161,10 +161,12 @@ def markdown(record: RunRecord, plots: Sequence[Path]) -> str:
             f"| {baseline.name} (simulated) | {_ms(s.mean_tpot_s)} | {_ms(s.p90_tpot_s)} |"
             f" {_rate(s.throughput)} | {s.restarts} |"
         )
+    truths = ", ".join(sorted({b.run.truth for b in record.baselines})) or "-"
     lines += [
         "",
         "The baselines are simulated: the same load trace replayed on the simulated engine in"
-        " virtual time with the same profile and workload (`specops bench` machinery), so they"
+        f" virtual time, on the engine truth {truths} and the same workload (`specops bench`"
+        " machinery; the controller is given a profile, not the truth), so they"
         " carry none of this machine's noise. The live row comes from the engines' own metrics"
         f" (scraped by Prometheus) while {measured.completed} requests completed"
         f" ({measured.failed} failed) on real local processes sharing this machine's CPUs.",

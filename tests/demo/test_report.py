@@ -93,6 +93,7 @@ def test_each_decision_once_in_order() -> None:
 
 def test_report_lists_changes_figures_and_says_the_baselines_are_simulated() -> None:
     text = markdown(RECORD, (Path("load-and-k.png"),))
+    assert "on the engine truth llama3.1-8b-h100-eagle3" in text  # the figures name their truth
     assert "| 10:01:00 | Reconfigure | GainPays | k=5 | yes | +6.2 | 1 |" in text
     assert "| 10:03:00 | Withhold | MinDwell | k=2 | no | - | 2 |" in text
     assert "10:04:00" not in text  # the same withhold again is counted, not listed
