@@ -198,5 +198,6 @@ class LoopbackGuard:
 
     def violations_since(self, seen: Iterable[tuple[int, str, str]]) -> list[str]:
         """What went off loopback, apart from the ``seen`` connections reported before."""
+        reported = set(seen)
         with self._lock:
-            return [text for key, text in self.violations.items() if key not in set(seen)]
+            return [text for key, text in self.violations.items() if key not in reported]

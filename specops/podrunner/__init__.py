@@ -22,6 +22,7 @@ from specops.podrunner._plan import (
     readiness_marks,
     released_pods,
     restart_backoff_s,
+    startable_pods,
     stop_times,
     wanted_pods,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "readiness_marks",
     "released_pods",
     "restart_backoff_s",
+    "startable_pods",
     "stop_times",
     "wanted_pods",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "readiness_marks",
     "released_pods",
     "restart_backoff_s",
+    "startable_pods",
     "stop_times",
     "wanted_pods",
 ]
@@ -111,6 +112,19 @@ def wanted_pods(pods: Iterable[Pod], nodes: Collection[str]) -> dict[PodKey, Pod
         and pod.spec.node_name in nodes
         and pod.metadata.deletion_timestamp is None
         and pod.status.phase not in _FINISHED_PHASES
+    }
+
+
+def startable_pods(
+    claimed: Mapping[PodKey, Pod], holding: Collection[PodKey], busy_ips: Collection[str]
+) -> dict[PodKey, Pod]:
+    """The claimed pods to hold processes for: those held already, and those kwok has given
+    an address that no other pod's processes still listen on (``busy_ips``: one going away,
+    or draining)."""
+    return {
+        key: pod
+        for key, pod in claimed.items()
+        if key in holding or (pod.status.pod_ip is not None and pod.status.pod_ip not in busy_ips)
     }
 
 

@@ -40,7 +40,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
@@ -61,6 +61,7 @@ from specops.podrunner._plan import (
     probed,
     readiness_marks,
     released_pods,
+    startable_pods,
     stop_times,
     wanted_pods,
 )
@@ -268,14 +269,8 @@ class PodRunner:
             for k, p in wanted_pods(pods, nodes).items()
             if k not in self._failed and k not in self._stopping
         }
-        # A pod starts once kwok has given it an address that no other pod's processes hold
-        # (one going away, or still draining).
         busy = {h.launch.engine.host for h in (*self._pods.values(), *self._held_stopping())}
-        wanted = {
-            k: p
-            for k, p in claimed.items()
-            if k in self._pods or (p.status.pod_ip is not None and p.status.pod_ip not in busy)
-        }
+        wanted = startable_pods(claimed, self._pods, busy)
         running = {key: held.running() for key, held in self._pods.items()}
         now = time.monotonic()
         self._note_exits(running, now)
@@ -417,7 +412,7 @@ class PodRunner:
 
         await asyncio.gather(*(probe(held) for held in self._pods.values()))
 
-    async def _mark_readiness(self, pods: Sequence[Pod], claimed: Mapping[PodKey, Pod]) -> None:
+    async def _mark_readiness(self, pods: Sequence[Pod], claimed: Collection[PodKey]) -> None:
         """Tell the API server which pods are ready: a pod not started yet (waiting for its
         address) or that failed to run is not, and is claimed by saying so."""
         ready = dict.fromkeys(claimed, False) | dict.fromkeys(self._failed, False)

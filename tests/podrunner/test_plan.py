@@ -19,6 +19,7 @@ from specops.podrunner import (
     readiness_marks,
     released_pods,
     restart_backoff_s,
+    startable_pods,
     stop_times,
     wanted_pods,
 )
@@ -68,6 +69,21 @@ def test_terminating_claimed_pods_are_released_once_nothing_of_theirs_runs() -> 
     parsed = [parse_pod(p) for p in pods]
     holding = {p.key for p in parsed if p.metadata.name in ("draining", "live")}
     assert [k.name for k in released_pods(parsed, NODES, holding)] == ["stopped"]
+
+
+def test_a_pod_starts_once_it_has_an_address_no_other_pod_still_holds() -> None:
+    pods = {
+        p.key: p
+        for p in (
+            parse_pod(_pod("held")),
+            parse_pod(_pod("free", ip="127.1.0.2")),
+            parse_pod(_pod("taken", ip="127.1.0.3")),
+            parse_pod(_pod("unaddressed", ip=None)),
+        )
+    }
+    held = [k for k in pods if k.name == "held"]
+    started = startable_pods(pods, held, busy_ips={"127.200.0.1", "127.1.0.3"})
+    assert sorted(k.name for k in started) == ["free", "held"]
 
 
 def test_new_pods_start_and_gone_pods_stop() -> None:
