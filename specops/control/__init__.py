@@ -5,6 +5,7 @@ from specops.control._decide import (
     Action,
     ControllerState,
     ControlSettings,
+    CrossoverBand,
     Decision,
     Mode,
     Observation,
@@ -14,11 +15,13 @@ from specops.control._decide import (
     decide,
 )
 from specops.control._regime import Regime, RegimeSettings, track_regime
+from specops.control._service import service_model
 
 __all__ = [
     "Action",
     "ControlSettings",
     "ControllerState",
+    "CrossoverBand",
     "Decision",
     "Mode",
     "Observation",
@@ -30,6 +33,7 @@ __all__ = [
     "ServiceWindow",
     "batch_distribution",
     "decide",
+    "service_model",
     "service_window",
     "track_regime",
 ]

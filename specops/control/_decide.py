@@ -21,21 +21,30 @@ from specops.control._regime import Regime, RegimeSettings, track_regime
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
+    CostEvidence,
+    CostPosterior,
+    CostPrior,
     Crossover,
+    LearnedCost,
     Objective,
     PolicyChoice,
     PolicyInput,
     SpecConfig,
-    StepCostModel,
+    SpeedModel,
+    StepPoint,
     acceptance_from_counters,
     choose,
+    crossovers,
     draft_reach,
+    predict,
+    relative_gain,
 )
 
 __all__ = [
     "Action",
     "ControlSettings",
     "ControllerState",
+    "CrossoverBand",
     "Decision",
     "Mode",
     "Observation",
@@ -92,11 +101,12 @@ class ReasonCode(StrEnum):
 class ServiceModel:
     """What is known about the service without measuring it.
 
-    ``per_batch_size`` False: the user wants one k, never vLLM's per-batch-size table.
+    ``cost`` is the step-time prior the measurements update; ``per_batch_size`` False:
+    the user wants one k, never vLLM's per-batch-size table.
     """
 
     method: str
-    cost: StepCostModel
+    cost: CostPrior
     data_parallel: int = 1
     max_batch: int = 256
     prior_acceptance: AcceptanceCurve | None = None
@@ -134,10 +144,14 @@ class ControlSettings:
     regime: RegimeSettings = field(default_factory=RegimeSettings)
     confidence_z: float = 1.0
     keep_draft_gain: float = 0.01
+    gain_confidence: float = 0.8
+    posterior_draws: int = 16
 
     def __post_init__(self) -> None:
         if self.margin < 0 or self.min_gain < 0:
             raise ValueError("margin and min_gain must be >= 0")
+        if not 0.5 <= self.gain_confidence < 1.0 or self.posterior_draws < 2:
+            raise ValueError("gain_confidence must be in [0.5, 1) and posterior_draws >= 2")
         if not 0.0 <= self.capacity_loss <= 1.0:
             raise ValueError(f"capacity_loss must be in [0, 1], got {self.capacity_loss}")
         if self.regime_min_s > self.regime_max_s:
@@ -152,6 +166,7 @@ class Observation:
     sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
     ``pods_ready`` says whether every pod runs the config in force and is Ready.
     ``problem`` says why there are no usable measurements at all (empty when there are).
+    ``cost_points`` are the window's measured steps, for the step-time posterior.
     """
 
     window_end: float
@@ -161,6 +176,7 @@ class Observation:
     accepted_per_position: tuple[float, ...]
     pods_ready: bool = True
     problem: str = ""
+    cost_points: tuple[StepPoint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,6 +200,7 @@ class ControllerState:
     regime: Regime | None = None
     acceptance: AcceptanceCurve | None = None
     acceptance_drafts: float = 0.0
+    cost_evidence: CostEvidence = field(default_factory=CostEvidence)
 
     @classmethod
     def initial(cls, config: SpecConfig) -> ControllerState:
@@ -191,13 +208,27 @@ class ControllerState:
 
 
 @dataclass(frozen=True)
+class CrossoverBand:
+    """The crossover of ``k`` under the step-time posterior: its 10th and 90th percentiles.
+
+    None is "beyond the largest batch" (k pays everywhere in that draw).
+    """
+
+    k: int
+    low: int | None
+    high: int | None
+
+
+@dataclass(frozen=True)
 class Decision:
     """One decision, taken or withheld, with the state to carry to the next one.
 
     ``config`` is what the pods should run after it; ``recommended`` what the policy
-    would choose; ``predicted_gain`` its relative gain over the config in force and
-    ``gain_s`` that gain over the expected regime, in seconds of full service, to set
-    against ``restart_cost_s``.
+    would choose; ``predicted_gain`` its relative gain over the config in force at the
+    posterior mean, ``likely_gain`` the gain it beats with ``gain_confidence`` under the
+    posterior (what the restart rule uses), and ``gain_s`` that gain over the expected
+    regime, in seconds of full service, to set against ``restart_cost_s``.
+    ``cost_measured`` says whether the step-time model has seen data or is the prior.
     """
 
     at: float
@@ -213,6 +244,9 @@ class Decision:
     crossovers: tuple[Crossover, ...]
     new_regime: bool
     state: ControllerState
+    likely_gain: float | None = None
+    crossover_bands: tuple[CrossoverBand, ...] = ()
+    cost_measured: bool = False
 
 
 def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
@@ -267,13 +301,13 @@ def _measure_acceptance(
     state: ControllerState,
     observation: Observation,
     load: BatchDistribution,
-    service: ServiceModel,
+    cost: LearnedCost,
     settings: ControlSettings,
 ) -> AcceptanceCurve | None:
     """The window's acceptance, or None when it had too few drafts to trust."""
     if observation.num_drafts < settings.min_drafts or state.config.is_off:
         return None
-    reach = draft_reach(state.config, load, service.cost, observation.context_tokens)
+    reach = draft_reach(state.config, load, cost, observation.context_tokens)
     try:
         return acceptance_from_counters(
             observation.num_drafts, observation.accepted_per_position, reach
@@ -300,6 +334,7 @@ def _policy(
     acceptance: tuple[AcceptanceCurve, float],
     observation: Observation,
     service: ServiceModel,
+    cost: LearnedCost,
     settings: ControlSettings,
 ) -> PolicyChoice:
     curve, drafts = acceptance
@@ -308,7 +343,7 @@ def _policy(
             acceptance=curve,
             drafts_seen=int(drafts),
             load=regime.load,
-            cost=service.cost,
+            cost=cost,
             context_tokens=observation.context_tokens,
             current=state.config,
             method=service.method,
@@ -321,6 +356,67 @@ def _policy(
             min_gain=settings.keep_draft_gain,
             per_batch_size=service.per_batch_size,
         )
+    )
+
+
+def _percentile(values: list[int | None], q: float, beyond: int) -> int | None:
+    ordered = sorted(beyond if v is None else v for v in values)
+    found = ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+    return None if found >= beyond else found
+
+
+def _under_posterior(
+    choice: PolicyChoice,
+    current: SpecConfig,
+    load: BatchDistribution,
+    draws: tuple[LearnedCost, ...],
+    context_tokens: float,
+    settings: ControlSettings,
+    max_batch: int,
+) -> tuple[float, tuple[CrossoverBand, ...]]:
+    """The gain the choice beats with ``gain_confidence``, and each k's crossover band.
+
+    Each draw of step-time coefficients re-predicts the choice against the config in
+    force; the gain used is the draws' (1 - confidence) quantile, never above the mean's,
+    so a change acts only when it is likely to pay, not only on average.
+    """
+    ks = tuple(c.k for c in choice.crossovers)
+    gains: list[float] = []
+    batches: dict[int, list[int | None]] = {k: [] for k in ks}
+    for cost in draws:
+        model = SpeedModel(cost, choice.acceptance, context_tokens)
+        if choice.config != current:
+            gains.append(
+                relative_gain(
+                    predict(choice.config, load, model, settings.objective),
+                    predict(current, load, model, settings.objective),
+                )
+            )
+        for crossover in crossovers(model, ks, max_batch):
+            batches[crossover.k].append(crossover.batch)
+    likely = choice.gain_over_current
+    if gains:
+        gains.sort()
+        likely = min(likely, gains[int((1.0 - settings.gain_confidence) * (len(gains) - 1))])
+    bands = tuple(
+        CrossoverBand(
+            k,
+            _percentile(batches[k], 0.1, max_batch + 1),
+            _percentile(batches[k], 0.9, max_batch + 1),
+        )
+        for k in ks
+    )
+    return likely, bands
+
+
+def _cost_words(state: ControllerState) -> str:
+    evidence = state.cost_evidence
+    if evidence.points == 0:
+        return "step time: the profile's prior, nothing measured yet."
+    ks = ", ".join(str(k) for k in evidence.ks) or "none"
+    return (
+        f"step time: measured, {evidence.points} intervals of {evidence.steps:.0f} steps "
+        f"(drafting at k = {ks})."
     )
 
 
@@ -356,6 +452,8 @@ def decide(
 ) -> Decision:
     """One tick of the slow loop; ``service`` is None when no step-cost model is known."""
     restart_cost = _restart_cost(state, settings)
+    likely: float | None = None
+    bands: tuple[CrossoverBand, ...] = ()
 
     def out(
         action: Action,
@@ -380,6 +478,9 @@ def decide(
             crossovers=choice.crossovers if choice else (),
             new_regime=new_regime,
             state=next_state,
+            likely_gain=likely if choice else None,
+            crossover_bands=bands if choice else (),
+            cost_measured=next_state.cost_evidence.points > 0,
         )
 
     if state.rollout is not None:
@@ -413,6 +514,11 @@ def decide(
             f"holding {state.config.describe()}: the latest measurements are {age:.0f}s old "
             f"(limit {settings.max_staleness_s:.0f}s)",
         )
+    state = replace(
+        state, cost_evidence=state.cost_evidence.add(observation.cost_points, service.cost)
+    )
+    posterior = CostPosterior.of(service.cost, state.cost_evidence)
+    cost = posterior.model()
     load = observation.load
     if load is None or load.samples < settings.min_load_samples:
         seen = load.samples if load else 0
@@ -424,7 +530,7 @@ def decide(
             f"fewer than the {settings.min_load_samples} a decision needs",
         )
 
-    window_curve = _measure_acceptance(state, observation, load, service, settings)
+    window_curve = _measure_acceptance(state, observation, load, cost, settings)
     regime, new_regime = track_regime(
         state.regime,
         load,
@@ -456,8 +562,18 @@ def decide(
             new_regime=new_regime,
         )
 
-    choice = _policy(state, regime, acceptance, observation, service, settings)
-    gain = choice.gain_over_current
+    choice = _policy(state, regime, acceptance, observation, service, cost, settings)
+    likely, bands = _under_posterior(
+        choice,
+        state.config,
+        regime.load,
+        posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points),
+        observation.context_tokens,
+        settings,
+        service.max_batch,
+    )
+    mean_gain = choice.gain_over_current
+    gain = likely
     horizon = min(max(regime.age(now), settings.regime_min_s), settings.regime_max_s)
     gain_s = gain * horizon
     if settings.mode in (Mode.FIXED, Mode.OFF):
@@ -475,21 +591,24 @@ def decide(
         verdict = (
             "is the best config"
             if choice.config == state.config
-            else f"stays: {choice.config.describe()} would gain only {gain:+.1%}, below "
+            else f"stays: {choice.config.describe()} would gain only {gain:+.1%} with "
+            f"{settings.gain_confidence:.0%} confidence ({mean_gain:+.1%} at the mean), below "
             f"the {settings.min_gain:.0%} minimum"
         )
         return out(
             Action.KEEP,
             ReasonCode.ALREADY_BEST if choice.config == state.config else ReasonCode.GAIN_TOO_SMALL,
             state,
-            f"{state.config.describe()} {verdict}. {choice.reason}",
+            f"{state.config.describe()} {verdict}. {choice.reason} {_cost_words(state)}",
             choice,
             gain_s,
             new_regime,
         )
     pays = (
-        f"{gain:+.1%} over an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of "
-        f"service against {restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x)"
+        f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean) over "
+        f"an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of service against "
+        f"{restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x); "
+        f"{_cost_words(state)}"
     )
     if gain_s <= settings.margin * restart_cost:
         return out(

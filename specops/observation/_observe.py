@@ -241,7 +241,13 @@ def _cost(
         step_seconds=busy_seconds / steps,
         points=[
             CostPointObservation(
-                batched_tokens=p.batched_tokens, step_seconds=p.step_seconds, steps=p.steps
+                batched_tokens=p.batched_tokens,
+                step_seconds=p.step_seconds,
+                steps=p.steps,
+                batch=p.batch,
+                drafted_tokens=p.drafted,
+                drafts=p.drafts,
+                end=p.end,
             )
             for p in points
         ],

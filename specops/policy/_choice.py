@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from specops.policy._acceptance import AcceptanceCurve
 from specops.policy._config import ScheduleRange, SpecConfig, schedule_applies
-from specops.policy._cost import StepCostModel, StepShape
+from specops.policy._cost import StepShape, StepTime
 from specops.policy._load import BatchDistribution
 
 __all__ = [
@@ -80,7 +80,7 @@ class PointEstimate:
 class SpeedModel:
     """Step cost plus acceptance at a context length: everything needed to predict a step."""
 
-    cost: StepCostModel
+    cost: StepTime
     acceptance: AcceptanceCurve
     context_tokens: float
     _memo: dict[tuple[int, int], PointEstimate] = field(
@@ -217,7 +217,7 @@ class PolicyInput:
     acceptance: AcceptanceCurve
     drafts_seen: int
     load: BatchDistribution
-    cost: StepCostModel
+    cost: StepTime
     context_tokens: float
     current: SpecConfig
     method: str
@@ -247,6 +247,9 @@ class PolicyInput:
 
 @dataclass(frozen=True)
 class PolicyChoice:
+    """The chosen config with its prediction; ``acceptance`` is the curve it predicted with
+    (the measured one's lower bound), so a caller can re-predict under other step costs."""
+
     config: SpecConfig
     predicted: Prediction
     current: Prediction
@@ -255,6 +258,7 @@ class PolicyChoice:
     crossovers: tuple[Crossover, ...]
     schedule: bool
     reason: str
+    acceptance: AcceptanceCurve
 
     @property
     def gain_over_current(self) -> float:
@@ -360,4 +364,5 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         crossovers=cross,
         schedule=schedule,
         reason=reason,
+        acceptance=curve,
     )

@@ -14,7 +14,7 @@ from specops.control import (
     service_window,
 )
 from specops.observation import EstimateStatus
-from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
 NOW = 10_000.0
@@ -98,7 +98,7 @@ def test_nothing_usable_is_said_and_withheld(pods, failures, reason) -> None:
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
         window.observation,
-        ServiceModel("eagle3", cost),
+        ServiceModel("eagle3", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3)),
         ControlSettings(),
         NOW,
     )

@@ -19,10 +19,12 @@ from specops.control import (
     ServiceModel,
     decide,
 )
-from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 
 COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
-NGRAM = ServiceModel(method="ngram", cost=COST, max_batch=64)
+NGRAM = ServiceModel(
+    method="ngram", cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+)
 SETTINGS = ControlSettings(
     k_max=3, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
 )
@@ -109,7 +111,11 @@ def test_a_rollout_is_followed_then_rolled_back_with_codes() -> None:
 
 
 def test_a_table_is_chosen_only_where_the_user_allows_one() -> None:
-    eagle = ServiceModel(method="eagle3", cost=COST, max_batch=64)
+    eagle = ServiceModel(
+        method="eagle3",
+        cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3),
+        max_batch=64,
+    )
     spread = Observation(
         window_end=0.0,
         load=BatchDistribution.from_samples([1] * 50 + [7] * 10),

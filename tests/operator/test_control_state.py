@@ -32,6 +32,7 @@ from specops.policy import (
     ObjectiveKind,
     SpecConfig,
     StepCostModel,
+    cost_prior,
 )
 from specops.render import RenderOptions, apply_defaults, performance_profile, plan
 
@@ -162,7 +163,9 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
         observation,
-        ServiceModel("ngram", cost, max_batch=64),
+        ServiceModel(
+            "ngram", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+        ),
         settings,
         0.0,
     )
