@@ -103,9 +103,7 @@ class Sidecar:
             last_success=self._last_success,
             error=self._error,
         )
-        return observe(
-            self._history.snapshots, now, self._config, source, self._history.intervals
-        )
+        return observe(self._history.snapshots, now, self._config, source, self._history.intervals)
 
     async def poll(self) -> None:
         """Read once, keep what is new, recompute the observation."""

@@ -738,7 +738,7 @@ class StepTimeModelStatus(CrdModel):
     steps: float = Field(default=0.0, ge=0)
     """Engine steps in those intervals."""
     drafting_ks: list[int] = Field(default=[], max_length=33)
-    """The draft lengths the measured steps ran (0 is not listed; off is seen from intervals)."""
+    """The draft lengths the measured steps ran (0: speculation off)."""
 
 
 class Decision(CrdModel):
@@ -836,7 +836,7 @@ class StepTimeEvidence(CrdModel):
     until: Timestamp
     """End of the newest interval counted."""
     drafting_ks: list[int] = Field(default=[], max_length=33)
-    """Draft lengths seen in the counted intervals."""
+    """Draft lengths seen in the counted intervals (0: speculation off)."""
 
 
 class ControllerStatus(CrdModel):

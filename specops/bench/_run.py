@@ -44,7 +44,6 @@ from specops.policy import (
     ObjectiveKind,
     ScheduleRange,
     SpecConfig,
-    schedule_applies,
 )
 from specops.profiles import PerformanceProfile, get_profile
 from specops.sim import (
@@ -170,7 +169,7 @@ def initial_config(service: ServiceSpec, model: ServiceModel) -> SpecConfig:
     """Day zero as the operator renders it: k = initial, as a one-range table where vLLM
     takes one (so the controller can later retune the table without a new shape)."""
     k = min(service.initial_k, service.k_max)
-    if schedule_applies(model.method, model.data_parallel):
+    if model.table:
         return SpecConfig(k, (ScheduleRange(1, model.max_batch, k),))
     return SpecConfig.static(k)
 

@@ -39,6 +39,7 @@ from specops.policy import (
     predict,
     relative_gain,
 )
+from specops.vllm import table_applies
 
 __all__ = [
     "Action",
@@ -95,6 +96,7 @@ class ReasonCode(StrEnum):
     HOURLY_CAP = "HourlyCap"
     ADVISE_ONLY = "AdviseOnly"
     GAIN_PAYS_RESTART = "GainPaysRestart"
+    PROBE = "ProbeUnmeasuredK"
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,20 @@ class ServiceModel:
     max_batch: int = 256
     prior_acceptance: AcceptanceCurve | None = None
     per_batch_size: bool = True
+
+    @property
+    def table(self) -> bool:
+        """Whether a per-batch-size table may be chosen: vLLM honours one and it is wanted."""
+        return self.per_batch_size and table_applies(self.method, self.data_parallel)
+
+    @property
+    def one_k_reason(self) -> str:
+        if not self.per_batch_size:
+            return "the per-batch-size table is turned off"
+        return (
+            f"vLLM takes no per-batch-size table for method {self.method} with "
+            f"data-parallel {self.data_parallel}"
+        )
 
 
 @dataclass(frozen=True)
@@ -346,15 +362,14 @@ def _policy(
             cost=cost,
             context_tokens=observation.context_tokens,
             current=state.config,
-            method=service.method,
             objective=settings.objective,
-            data_parallel=service.data_parallel,
             k_min=settings.k_min,
             k_max=settings.k_max,
             max_batch=service.max_batch,
             confidence_z=settings.confidence_z,
             min_gain=settings.keep_draft_gain,
-            per_batch_size=service.per_batch_size,
+            per_batch_size=service.table,
+            one_k_reason=service.one_k_reason,
         )
     )
 
@@ -409,14 +424,38 @@ def _under_posterior(
     return likely, bands
 
 
+def _worth_probing(
+    choice: PolicyChoice,
+    load: BatchDistribution,
+    state: ControllerState,
+    mean_gain: float,
+    likely: float,
+    horizon: float,
+    settings: ControlSettings,
+) -> bool:
+    """Whether to try the choice to measure it: a probe, charged as any restart.
+
+    Points at one k cannot tell how step time grows with k, so the posterior can leave a
+    change likely on average yet unlikely at the confidence asked. When the k the
+    choice would run at this load's busiest batch size was never measured, and the
+    mean gain pays the restart, the change itself is the experiment: its windows teach
+    the posterior that k, and if it proves worse the next decision takes it back.
+    """
+    if likely >= settings.min_gain or mean_gain < settings.min_gain:
+        return False
+    busiest = max(load.weights, key=lambda w: w[1])[0]
+    k = choice.config.k_for_batch(busiest)
+    return k not in state.cost_evidence.ks
+
+
 def _cost_words(state: ControllerState) -> str:
     evidence = state.cost_evidence
     if evidence.points == 0:
         return "step time: the profile's prior, nothing measured yet."
-    ks = ", ".join(str(k) for k in evidence.ks) or "none"
+    ks = ", ".join(str(k) for k in evidence.ks)
     return (
         f"step time: measured, {evidence.points} intervals of {evidence.steps:.0f} steps "
-        f"(drafting at k = {ks})."
+        f"(at k = {ks}; 0 is speculation off)."
     )
 
 
@@ -573,8 +612,9 @@ def decide(
         service.max_batch,
     )
     mean_gain = choice.gain_over_current
-    gain = likely
     horizon = min(max(regime.age(now), settings.regime_min_s), settings.regime_max_s)
+    probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
+    gain = mean_gain if probe else likely
     gain_s = gain * horizon
     if settings.mode in (Mode.FIXED, Mode.OFF):
         return out(
@@ -604,10 +644,16 @@ def decide(
             gain_s,
             new_regime,
         )
+    likely_words = (
+        f"{mean_gain:+.1%} at the mean, only {likely:+.1%} with "
+        f"{settings.gain_confidence:.0%} confidence: a probe, since the step time at the "
+        f"k it runs at this load was never measured"
+        if probe
+        else f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean)"
+    )
     pays = (
-        f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean) over "
-        f"an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of service against "
-        f"{restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x); "
+        f"{likely_words} over an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of "
+        f"service against {restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x); "
         f"{_cost_words(state)}"
     )
     if gain_s <= settings.margin * restart_cost:
@@ -653,7 +699,7 @@ def decide(
     )
     return out(
         Action.RECONFIGURE,
-        ReasonCode.GAIN_PAYS_RESTART,
+        ReasonCode.PROBE if probe else ReasonCode.GAIN_PAYS_RESTART,
         changed,
         f"reconfiguring {state.config.describe()} -> {choice.config.describe()}: {pays}. "
         f"{choice.reason}",

@@ -58,6 +58,7 @@ from specops.policy import (
     choose,
     predict,
 )
+from specops.vllm import table_applies
 
 __all__ = [
     "ObserverConfig",
@@ -387,9 +388,10 @@ def _prediction(
             cost=cost,
             context_tokens=config.context_tokens_per_request,
             current=SpecConfig.static(configured_k or 0),
-            method=config.method,
             k_max=config.max_k,
             max_batch=config.max_batch,
+            per_batch_size=table_applies(config.method),
+            one_k_reason=f"vLLM takes no per-batch-size table for method {config.method}",
         )
     )
     model = SpeedModel(cost, window.curve, config.context_tokens_per_request)

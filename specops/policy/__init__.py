@@ -17,7 +17,7 @@ from specops.policy._choice import (
     predict,
     relative_gain,
 )
-from specops.policy._config import SCHEDULE_METHODS, ScheduleRange, SpecConfig, schedule_applies
+from specops.policy._config import ScheduleRange, SpecConfig
 from specops.policy._cost import DraftCost, StepCostModel, StepShape, StepTime
 from specops.policy._learn import (
     TERMS,
@@ -32,7 +32,6 @@ from specops.policy._load import BatchDistribution
 from specops.policy._measure import acceptance_from_counters, draft_reach
 
 __all__ = [
-    "SCHEDULE_METHODS",
     "TERMS",
     "AcceptanceCurve",
     "BatchDistribution",
@@ -65,5 +64,4 @@ __all__ = [
     "merge_ranges",
     "predict",
     "relative_gain",
-    "schedule_applies",
 ]

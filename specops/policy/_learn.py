@@ -169,7 +169,8 @@ class CostEvidence:
     """Sufficient statistics of the measured points: sum of w x x' and of w x y.
 
     ``gram`` is the 8 x 8 matrix row by row; ``until`` the end of the newest point
-    counted, so a window that overlaps the last one adds only its new points.
+    counted, so a window that overlaps the last one adds only its new points; ``ks`` the
+    draft lengths the points ran (0: no drafting).
     """
 
     gram: tuple[float, ...] = (0.0,) * (_DIM * _DIM)
@@ -201,7 +202,7 @@ class CostEvidence:
                 moment[i] += w * x[i] * p.step_seconds
                 for j in range(_DIM):
                     gram[i * _DIM + j] += w * x[i] * x[j]
-        ks = {*self.ks, *(round(p.positions) for p in fresh if p.speculating > 0.5)}
+        ks = {*self.ks, *(round(p.positions) if p.speculating > 0.5 else 0 for p in fresh)}
         return CostEvidence(
             gram=tuple(gram),
             moment=tuple(moment),

@@ -164,7 +164,7 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
         ControllerState.initial(SpecConfig.static(3)),
         observation,
         ServiceModel(
-            "ngram", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+            "suffix", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
         ),
         settings,
         0.0,
