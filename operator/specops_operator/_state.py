@@ -173,6 +173,7 @@ def save_state(state: ControllerState) -> ControllerStatus:
         acceptance_per_position=_rates(state.acceptance),
         acceptance_drafts=state.acceptance_drafts,
         step_time_evidence=_evidence_status(state.cost_evidence),
+        regime_lengths_seconds=list(state.regime_lengths),
     )
 
 
@@ -214,6 +215,7 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
         acceptance=_curve(saved.acceptance_per_position),
         acceptance_drafts=saved.acceptance_drafts,
         cost_evidence=_evidence(saved.step_time_evidence),
+        regime_lengths=tuple(saved.regime_lengths_seconds),
     )
     if state.config == in_force:
         return state
@@ -228,4 +230,5 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
         acceptance=state.acceptance,
         acceptance_drafts=state.acceptance_drafts,
         cost_evidence=state.cost_evidence,
+        regime_lengths=state.regime_lengths,
     )

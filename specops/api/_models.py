@@ -864,6 +864,8 @@ class ControllerStatus(CrdModel):
     """Drafts behind that acceptance."""
     step_time_evidence: StepTimeEvidence | None = None
     """The measured steps the step-time posterior has learned from."""
+    regime_lengths_seconds: list[float] = Field(default=[], max_length=16)
+    """How long the latest past load regimes lasted (the expected regime length)."""
 
 
 class SpeculativeServiceStatus(CrdModel):

@@ -13,6 +13,7 @@ from specops.control._decide import (
     Rollout,
     ServiceModel,
     decide,
+    expected_remaining,
 )
 from specops.control._regime import Regime, RegimeSettings, track_regime
 from specops.control._service import service_model
@@ -33,6 +34,7 @@ __all__ = [
     "ServiceWindow",
     "batch_distribution",
     "decide",
+    "expected_remaining",
     "service_model",
     "service_window",
     "track_regime",

@@ -53,10 +53,12 @@ __all__ = [
     "Rollout",
     "ServiceModel",
     "decide",
+    "expected_remaining",
 ]
 
 _HOUR = 3600.0
 _DURATIONS_KEPT = 5
+_LENGTHS_KEPT = 16
 
 
 class Mode(StrEnum):
@@ -137,7 +139,8 @@ class ControlSettings:
     the expected regime, in seconds of full service, must exceed ``margin`` times the
     restart's lost service (``restart_cost_s`` x ``capacity_loss``; observed rollout
     durations replace the estimate once there are some). The expected remaining length of
-    a regime is its age so far, clamped to ``regime_min_s``..``regime_max_s``.
+    a regime comes from the lengths of the service's past regimes
+    (:func:`expected_remaining`), clamped to ``regime_min_s``..``regime_max_s``.
     """
 
     mode: Mode = Mode.AUTO
@@ -217,6 +220,7 @@ class ControllerState:
     acceptance: AcceptanceCurve | None = None
     acceptance_drafts: float = 0.0
     cost_evidence: CostEvidence = field(default_factory=CostEvidence)
+    regime_lengths: tuple[float, ...] = ()
 
     @classmethod
     def initial(cls, config: SpecConfig) -> ControllerState:
@@ -424,6 +428,18 @@ def _under_posterior(
     return likely, bands
 
 
+def expected_remaining(lengths: tuple[float, ...], age: float, settings: ControlSettings) -> float:
+    """How much longer the current regime is expected to last, from the service's history.
+
+    Of the past regimes that outlived this one's age, the mean of what they had left;
+    with none (no history, or the longest regime yet) the age itself, as a regime that
+    has lasted a while tends to last as long again. Clamped to regime_min_s..regime_max_s.
+    """
+    longer = [length - age for length in lengths if length > age]
+    expected = sum(longer) / len(longer) if longer else age
+    return min(max(expected, settings.regime_min_s), settings.regime_max_s)
+
+
 def _worth_probing(
     choice: PolicyChoice,
     load: BatchDistribution,
@@ -441,7 +457,10 @@ def _worth_probing(
     mean gain pays the restart, the change itself is the experiment: its windows teach
     the posterior that k, and if it proves worse the next decision takes it back.
     """
-    if likely >= settings.min_gain or mean_gain < settings.min_gain:
+    restart = settings.margin * _restart_cost(state, settings)
+    pays_at_mean = mean_gain >= settings.min_gain and mean_gain * horizon > restart
+    pays_likely = likely >= settings.min_gain and likely * horizon > restart
+    if pays_likely or not pays_at_mean:
         return False
     busiest = max(load.weights, key=lambda w: w[1])[0]
     k = choice.config.k_for_batch(busiest)
@@ -578,6 +597,9 @@ def decide(
         observation.window_end,
         settings.regime,
     )
+    if new_regime and state.regime is not None:
+        ended = regime.started_at - state.regime.started_at
+        state = replace(state, regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:])
     state = replace(state, regime=regime)
     if window_curve is not None:
         state = replace(state, acceptance=window_curve, acceptance_drafts=observation.num_drafts)
@@ -612,7 +634,7 @@ def decide(
         service.max_batch,
     )
     mean_gain = choice.gain_over_current
-    horizon = min(max(regime.age(now), settings.regime_min_s), settings.regime_max_s)
+    horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
     probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
     gain = mean_gain if probe else likely
     gain_s = gain * horizon

@@ -28,10 +28,12 @@ from specops.control import (
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
+    CostEvidence,
     DraftCost,
     ObjectiveKind,
     SpecConfig,
     StepCostModel,
+    StepPoint,
     cost_prior,
 )
 from specops.render import RenderOptions, apply_defaults, performance_profile, plan
@@ -61,6 +63,14 @@ def _full_state() -> ControllerState:
         ),
         acceptance=AcceptanceCurve((0.8, 0.61, 0.44)),
         acceptance_drafts=30_000.0,
+        cost_evidence=CostEvidence().add(
+            [
+                StepPoint(128.0, 90_000.0, 3.0, 96.0, 1.0, 0.012, 150.0, 1_700_000_040.0),
+                StepPoint(40.0, 30_000.0, 0.0, 0.0, 0.0, 0.008, 240.0, 1_700_000_050.25),
+            ],
+            cost_prior(StepCostModel(0.006, 2e-5, 4e-8, 1e-3, DraftCost(2e-3, 8e-7))),
+        ),
+        regime_lengths=(1800.0, 640.5),
     )
 
 
