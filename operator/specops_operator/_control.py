@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Gauge
+
 from specops.api import SpeculativeService, SpeculativeServiceSpec, parse_service
 from specops.control import (
     Action,
@@ -47,13 +49,16 @@ from specops.render import (
 from specops_operator._fetch import ObservationSource, ready_pods
 from specops_operator._kube import Kube
 from specops_operator._metrics import (
+    CROSSOVER_BAND,
     CROSSOVER_BATCH_SIZE,
     DECISIONS,
     MODE,
     PREDICTED_GAIN,
+    PRIOR_CROSSOVER,
     RECONFIGURATIONS,
     ROLLBACKS,
     SPECULATIVE_TOKENS,
+    STEP_TIME_INTERVALS,
 )
 from specops_operator._reconcile import reconcile
 from specops_operator._state import (
@@ -237,6 +242,15 @@ def _conditions(current: list[Obj], window: Window, now: float) -> list[Obj]:
     return [c for c in current if c.get("type") != "MetricsAvailable"] + [metrics]
 
 
+def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> None:
+    """A crossover's gauge, or no series when k never stops paying up to the limit."""
+    if batch is not None:
+        gauge.labels(*labels).set(batch)
+    else:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+
+
 def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) -> None:
     DECISIONS.labels(namespace, name, decision.action.value, decision.code.value).inc()
     for each in _MODES:
@@ -244,12 +258,14 @@ def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) ->
     SPECULATIVE_TOKENS.labels(namespace, name).set(decision.config.num_speculative_tokens)
     if decision.predicted_gain is not None:
         PREDICTED_GAIN.labels(namespace, name).set(decision.predicted_gain)
+    STEP_TIME_INTERVALS.labels(namespace, name).set(decision.state.cost_evidence.points)
     for crossover in decision.crossovers:
-        if crossover.batch is not None:
-            CROSSOVER_BATCH_SIZE.labels(namespace, name, str(crossover.k)).set(crossover.batch)
-        else:
-            with contextlib.suppress(KeyError):  # k never stops paying: no series
-                CROSSOVER_BATCH_SIZE.remove(namespace, name, str(crossover.k))
+        _set_or_drop(CROSSOVER_BATCH_SIZE, (namespace, name, str(crossover.k)), crossover.batch)
+    for crossover in decision.prior_crossovers:
+        _set_or_drop(PRIOR_CROSSOVER, (namespace, name, str(crossover.k)), crossover.batch)
+    for band in decision.crossover_bands:
+        for quantile, batch in (("0.1", band.low), ("0.9", band.high)):
+            _set_or_drop(CROSSOVER_BAND, (namespace, name, str(band.k), quantile), batch)
     if decision.action is Action.RECONFIGURE:
         RECONFIGURATIONS.labels(namespace, name).inc()
     elif decision.action is Action.ROLLBACK:

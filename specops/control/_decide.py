@@ -248,7 +248,8 @@ class Decision:
     posterior mean, ``likely_gain`` the gain it beats with ``gain_confidence`` under the
     posterior (what the restart rule uses), and ``gain_s`` that gain over the expected
     regime, in seconds of full service, to set against ``restart_cost_s``.
-    ``cost_measured`` says whether the step-time model has seen data or is the prior.
+    ``cost_measured`` says whether the step-time model has seen data or is the prior;
+    ``prior_crossovers`` are what the profile alone predicts, to set beside the measured.
     """
 
     at: float
@@ -267,6 +268,7 @@ class Decision:
     likely_gain: float | None = None
     crossover_bands: tuple[CrossoverBand, ...] = ()
     cost_measured: bool = False
+    prior_crossovers: tuple[Crossover, ...] = ()
 
 
 def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
@@ -512,6 +514,7 @@ def decide(
     restart_cost = _restart_cost(state, settings)
     likely: float | None = None
     bands: tuple[CrossoverBand, ...] = ()
+    prior_crossovers: tuple[Crossover, ...] = ()
 
     def out(
         action: Action,
@@ -539,6 +542,7 @@ def decide(
             likely_gain=likely if choice else None,
             crossover_bands=bands if choice else (),
             cost_measured=next_state.cost_evidence.points > 0,
+            prior_crossovers=prior_crossovers if choice else (),
         )
 
     if state.rollout is not None:
@@ -632,6 +636,14 @@ def decide(
         observation.context_tokens,
         settings,
         service.max_batch,
+    )
+    prior_model = SpeedModel(
+        CostPosterior.of(service.cost, CostEvidence()).model(),
+        choice.acceptance,
+        observation.context_tokens,
+    )
+    prior_crossovers = crossovers(
+        prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
     )
     mean_gain = choice.gain_over_current
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)

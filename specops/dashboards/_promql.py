@@ -16,14 +16,17 @@ from specops import render
 
 __all__ = [
     "OPERATOR_CROSSOVER",
+    "OPERATOR_CROSSOVER_BAND",
     "OPERATOR_DECISIONS",
     "OPERATOR_JOB",
     "OPERATOR_MODE",
     "OPERATOR_PREDICTED_GAIN",
+    "OPERATOR_PRIOR_CROSSOVER",
     "OPERATOR_RECONCILES",
     "OPERATOR_RECONFIGURATIONS",
     "OPERATOR_ROLLBACKS",
     "OPERATOR_SPECULATIVE_TOKENS",
+    "OPERATOR_STEP_TIME_INTERVALS",
     "PODS_JOB",
     "SIDECAR_ACCEPTANCE_LENGTH",
     "SIDECAR_CONFIGURED_K",
@@ -85,6 +88,9 @@ OPERATOR_MODE = "specops_mode"
 OPERATOR_SPECULATIVE_TOKENS = "specops_speculative_tokens"
 OPERATOR_PREDICTED_GAIN = "specops_predicted_gain_ratio"
 OPERATOR_CROSSOVER = "specops_crossover_batch_size"
+OPERATOR_CROSSOVER_BAND = "specops_crossover_batch_size_band"
+OPERATOR_PRIOR_CROSSOVER = "specops_prior_crossover_batch_size"
+OPERATOR_STEP_TIME_INTERVALS = "specops_step_time_measured_intervals"
 OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"
 OPERATOR_ROLLBACKS = "specops_rollbacks_total"
 # Reconciliations of SpeculativeServices, by result (ok, error): the operator's own health.
