@@ -1,8 +1,10 @@
 """From runs to figures: the oracle, per-trace summaries, the targets, JSON and markdown.
 
-The oracle picks, for every segment of a trace, the fixed config that did best there
-(goodput, then throughput) in hindsight, and switches between them for free: its
-figures are those segments' figures stitched together.
+The oracle picks, for every segment of a trace, the run that did best there (goodput,
+then throughput) in hindsight among every policy but the controller: each static k,
+off, vLLM's documented table, the best table computed on the engine's truth, and the
+per-step rule; it switches between them for free, so its figures are those segments'
+figures stitched together.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class TraceResults:
 
 
 def oracle(trace: LoadTrace, runs: Mapping[str, RunResult], fixed: Sequence[str]) -> TraceResults:
-    """Best fixed config per segment, in hindsight, switching for free."""
+    """Best of the ``fixed`` runs per segment, in hindsight, switching for free."""
     if not fixed:
         raise ValueError("the oracle needs at least one fixed-config run")
     chosen: list[str] = []

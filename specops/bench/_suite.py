@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 from specops.bench._report import TraceResults, oracle
@@ -13,7 +14,10 @@ from specops.bench._run import (
     run_policy,
 )
 from specops.bench._spec import BenchError, BenchSuite, LoadTrace
+from specops.bench._truth_table import truth_table
+from specops.errors import EngineConfigError
 from specops.policy import SpecConfig
+from specops.sim import load_truth, load_workload
 
 __all__ = ["VLLM_DOCUMENTED_TABLE", "policies_for", "run_suite"]
 
@@ -42,18 +46,54 @@ def policies_for(suite: BenchSuite) -> list[Policy]:
     return [known[name] for name in suite.policies]
 
 
+def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
+    """The best table on the truth for each workload mix the trace runs (oracle baselines)."""
+    service = suite.service
+    try:
+        truth = load_truth(service.truth)
+        workload = load_workload(trace.workload)
+    except (EngineConfigError, KeyError) as exc:
+        raise BenchError(f"trace {trace.name}: {exc}") from exc
+    mixes: dict[str, dict[str, float] | None] = {}
+    current: dict[str, float] | None = None
+    for index, segment in enumerate(trace.segments):
+        current = segment.mix if segment.mix is not None else current
+        key = json.dumps(current, sort_keys=True)
+        if key not in {json.dumps(m, sort_keys=True) for m in mixes.values()}:
+            mixes[segment.name(index)] = current
+    many = len(mixes) > 1
+    return [
+        FixedPolicy(
+            f"truth-table-{label}" if many else "truth-table",
+            truth_table(
+                truth,
+                workload,
+                service.method,
+                k_max=service.k_max,
+                max_batch=service.max_num_seqs,
+                seed=service.seed,
+                mix=mix,
+            ),
+        )
+        for label, mix in mixes.items()
+    ]
+
+
 def run_suite(
     suite: BenchSuite,
     traces: Sequence[LoadTrace],
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[TraceResults]:
+    """Every policy on every trace; the oracle per segment picks among the fixed configs,
+    the truth's best tables and the per-step rule, whichever did best in hindsight."""
     policies = policies_for(suite)
-    fixed = [p.name for p in policies if isinstance(p, FixedPolicy)]
     out = []
     for trace in traces:
         runs = {}
-        for policy in policies:
+        candidates = [*policies, *_truth_tables(trace, suite)]
+        for policy in candidates:
             progress(f"{trace.name}: {policy.name}")
             runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-        out.append(oracle(trace, runs, fixed))
+        pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
+        out.append(oracle(trace, runs, pool))
     return out

@@ -35,6 +35,7 @@ def test_bench_runs_a_short_suite_and_writes_results(tmp_path: Path) -> None:
         "vllm-table",
         "turbospec",
         "specops",
+        "truth-table",
         "oracle",
     }
     assert bursts["oracle"]["goodput_over_oracle"] == 1.0
