@@ -28,7 +28,7 @@ from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
 from specops.demo import DemoOptions, demo_service, engine_config
 from specops.demo._load import ConcurrencyDriver
-from specops.localstack import (
+from specops.launch import (
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,

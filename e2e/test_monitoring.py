@@ -17,7 +17,7 @@ from harness import Kubectl, Wait, apply, example
 from kubernetes import client
 
 from specops.cluster import ClusterInfo
-from specops.localstack import OperatorProcess, installed_chart, operator_kubeconfig
+from specops.launch import OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 

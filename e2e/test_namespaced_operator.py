@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
-from specops.localstack import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
+from specops.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ from specops_operator import FIELD_MANAGER, Kube
 
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
-from specops.localstack import OperatorProcess
+from specops.launch import OperatorProcess
 from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
 
 pytestmark = pytest.mark.e2e

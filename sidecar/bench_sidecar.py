@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from specops.localstack import free_ports, specops_executable, stop_process, wait_until_answers
+from specops.launch import free_ports, specops_executable, stop_process, wait_until_answers
 from specops.observation import (
     Interval,
     ObserverConfig,

@@ -38,7 +38,7 @@ from specops.demo._report import RunRecord, markdown, plot
 from specops.demo._snapshot import Snapshot, take_snapshot
 from specops.demo._table import render_table, summary_line
 from specops.demo._trace import concurrency_at, load_demo_trace, segment_at
-from specops.localstack import (
+from specops.launch import (
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,

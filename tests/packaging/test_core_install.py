@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from specops._cache import cache_root
-from specops.localstack import free_ports
+from specops.launch import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specops.localstack import (
+from specops.launch import (
     free_ports,
     spawn,
     specops_executable,
