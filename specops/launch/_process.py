@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from specops.cluster._process import free_ports, spawn
+from specops.cluster import free_ports, spawn
 from specops.launch._errors import LaunchError
 from specops.podrunner import RunnerState, read_state
 
