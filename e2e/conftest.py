@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from harness import Kubectl, Wait
 from kubernetes import client, config
 
+from e2e.harness import Kubectl, Wait
 from specops.cluster import (
     CacheLayout,
     ClusterInfo,

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from harness import Wait
 from kubernetes import client
 
+from e2e.harness import Wait
 from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
 from specops.demo import DemoOptions, demo_service, engine_config

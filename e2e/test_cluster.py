@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Kubectl, Wait
 from kubernetes import client
 
+from e2e.harness import Kubectl, Wait
 from specops.cluster import (
     GPU_RESOURCE,
     SERVICE_CIDR,

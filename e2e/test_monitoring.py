@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Kubectl, Wait, apply, example
 from kubernetes import client
 
+from e2e.harness import Kubectl, Wait, apply, example
 from specops.cluster import ClusterInfo
 from specops.launch import OperatorProcess, installed_chart, operator_kubeconfig
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Kubectl, Wait, apply, example
 from kubernetes import client, config
 
+from e2e.harness import Kubectl, Wait, apply, example
 from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
 from specops.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig

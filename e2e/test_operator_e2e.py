@@ -19,10 +19,10 @@ import helm_python as helm
 import kopf
 import pytest
 import yaml
-from harness import EXAMPLE, Kubectl, Phases, Wait, apply, example
 from kubernetes import client
 from specops_operator import FIELD_MANAGER, Kube
 
+from e2e.harness import EXAMPLE, Kubectl, Phases, Wait, apply, example
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
 from specops.launch import OperatorProcess

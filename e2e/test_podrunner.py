@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harness import Wait
 from kubernetes import client
 
+from e2e.harness import Wait
 from specops.api import parse_service
 from specops.cluster import ClusterInfo
 from specops.podrunner import STARTUP_DELAY_ANNOTATION, RunnerState, read_state
