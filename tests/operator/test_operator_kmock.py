@@ -89,7 +89,7 @@ async def _children_created(kmock: Any) -> str:
     deployment = live(kmock, "apps/v1/deployments", "llama")
     assert deployment is not None
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    config = args[args.index("--speculative-config") + 1]
+    config: str = args[args.index("--speculative-config") + 1]
     assert '"method":"eagle3"' in config
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]] == [
