@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from specops import render
 
 __all__ = [
-    "OPERATOR_CROSSOVER",
     "OPERATOR_DECISIONS",
     "OPERATOR_JOB",
     "OPERATOR_MODE",
@@ -36,13 +35,11 @@ __all__ = [
     "VLLM_ACCEPTED",
     "VLLM_ACCEPTED_PER_POS",
     "VLLM_DRAFTS",
-    "VLLM_DRAFT_TOKENS",
     "VLLM_GENERATION_TOKENS",
     "VLLM_ITL",
     "VLLM_KV_CACHE_USAGE",
     "VLLM_RUNNING",
     "VLLM_TPOT",
-    "VLLM_TTFT",
     "VLLM_WAITING",
     "acceptance_length",
     "by_clause",
@@ -55,7 +52,6 @@ __all__ = [
 ]
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -64,7 +60,6 @@ VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
-VLLM_TTFT = "vllm:time_to_first_token_seconds"
 
 # The sidecar's estimates (labels namespace, pod, service; windowed ones also ``window``).
 SIDECAR_ACCEPTANCE_LENGTH = "specops_acceptance_length"
@@ -84,7 +79,6 @@ OPERATOR_MODE = "specops_mode"
 # num_speculative_tokens of the config in force (the cap of a per-batch-size table); 0 is off.
 OPERATOR_SPECULATIVE_TOKENS = "specops_speculative_tokens"
 OPERATOR_PREDICTED_GAIN = "specops_predicted_gain_ratio"
-OPERATOR_CROSSOVER = "specops_crossover_batch_size"
 OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"
 OPERATOR_ROLLBACKS = "specops_rollbacks_total"
 # Reconciliations of SpeculativeServices, by result (ok, error): the operator's own health.
