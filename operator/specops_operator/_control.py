@@ -27,8 +27,8 @@ from specops.control import (
     ControlSettings,
     Decision,
     Mode,
-    ServiceModel,
     decide,
+    service_model,
     service_window,
 )
 from specops.control import ServiceWindow as Window
@@ -155,6 +155,29 @@ def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
     return chosen.model_dump(by_alias=True, mode="json")
 
 
+def _crossovers(decision: Decision) -> list[Obj]:
+    bands = {b.k: b for b in decision.crossover_bands}
+    return [
+        {
+            "k": c.k,
+            "batchSize": c.batch,
+            "batchSizeLow": bands[c.k].low if c.k in bands else None,
+            "batchSizeHigh": bands[c.k].high if c.k in bands else None,
+        }
+        for c in decision.crossovers
+    ]
+
+
+def _step_time_model(decision: Decision) -> Obj:
+    evidence = decision.state.cost_evidence
+    return {
+        "source": "Measured" if decision.cost_measured else "Prior",
+        "intervals": evidence.points,
+        "steps": round(evidence.steps),
+        "draftingKs": list(evidence.ks),
+    }
+
+
 def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
     """status.lastDecision; every key present (null clears what the last one had)."""
     gain = decision.predicted_gain
@@ -166,7 +189,11 @@ def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
         "predictedGainPercent": round(gain * 100, 3) if gain is not None else None,
         "gainSeconds": round(decision.gain_s, 1) if decision.gain_s is not None else None,
         "restartCostSeconds": round(decision.restart_cost_s, 1),
-        "crossovers": [{"k": c.k, "batchSize": c.batch} for c in decision.crossovers],
+        "likelyGainPercent": round(decision.likely_gain * 100, 3)
+        if decision.likely_gain is not None
+        else None,
+        "stepTimeModel": _step_time_model(decision),
+        "crossovers": _crossovers(decision),
         "applied": decision.applied,
         "recommended": _config_status(spec, decision.recommended)
         if decision.recommended is not None
@@ -185,6 +212,7 @@ def _measurements(window: Window, decision: Decision, k: int) -> Obj:
         "tpotSeconds": window.tpot_s,
         "throughputTokensPerSecond": window.throughput_per_pod,
         "crossoverConcurrency": crossover,
+        "draftedTokensPerDraft": window.drafted_tokens_per_draft,
     }
 
 
@@ -287,9 +315,9 @@ async def control_tick(
         default_context_tokens=options.default_context_tokens,
     )
     model = (
-        ServiceModel(
-            method=method,
-            cost=profile.cost_model(method),
+        service_model(
+            profile,
+            method,
             max_batch=spec.engine.max_num_seqs,
             per_batch_size=spec.speculation.per_batch_size_schedule,
             data_parallel=data_parallel_size(spec),

@@ -6,18 +6,14 @@ from collections.abc import Callable, Sequence
 
 from specops.bench._report import TraceResults, oracle
 from specops.bench._run import (
-    PRIOR_CONTEXT,
     ControlledPolicy,
     FixedPolicy,
     GoodputRulePolicy,
     Policy,
-    initial_config,
     run_policy,
-    service_model,
 )
 from specops.bench._spec import BenchError, BenchSuite, LoadTrace
 from specops.policy import SpecConfig
-from specops.profiles import get_profile
 
 __all__ = ["VLLM_DOCUMENTED_TABLE", "policies_for", "run_suite"]
 
@@ -30,12 +26,10 @@ VLLM_DOCUMENTED_TABLE = SpecConfig.table(
 def policies_for(suite: BenchSuite) -> list[Policy]:
     """Every policy of the comparison, or the suite's selection of them, by name."""
     service = suite.service
-    model = service_model(service, get_profile(service.profile))
     every: list[Policy] = [
         FixedPolicy("off", SpecConfig.off()),
         *(FixedPolicy(f"k{k}", SpecConfig.static(k)) for k in range(1, service.k_max + 1)),
         FixedPolicy("vllm-table", VLLM_DOCUMENTED_TABLE),
-        FixedPolicy("specops-static", initial_config(service, model, PRIOR_CONTEXT)),
         GoodputRulePolicy("turbospec"),
         ControlledPolicy("specops"),
     ]

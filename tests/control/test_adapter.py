@@ -19,7 +19,7 @@ from specops.control import (
 )
 from specops.observation import EstimateStatus
 from specops.observation import Observation as PodObservation
-from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
 NOW = 10_000.0
@@ -107,7 +107,7 @@ def test_nothing_usable_is_said_and_withheld(
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
         window.observation,
-        ServiceModel("eagle3", cost),
+        ServiceModel("eagle3", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3)),
         ControlSettings(),
         NOW,
     )

@@ -29,10 +29,13 @@ from specops.control import (
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
+    CostEvidence,
     DraftCost,
     ObjectiveKind,
     SpecConfig,
     StepCostModel,
+    StepPoint,
+    cost_prior,
 )
 from specops.render import RenderOptions, apply_defaults, performance_profile, plan
 
@@ -61,6 +64,14 @@ def _full_state() -> ControllerState:
         ),
         acceptance=AcceptanceCurve((0.8, 0.61, 0.44)),
         acceptance_drafts=30_000.0,
+        cost_evidence=CostEvidence().add(
+            [
+                StepPoint(128.0, 90_000.0, 3.0, 96.0, 1.0, 0.012, 150.0, 1_700_000_040.0),
+                StepPoint(40.0, 30_000.0, 0.0, 0.0, 0.0, 0.008, 240.0, 1_700_000_050.25),
+            ],
+            cost_prior(StepCostModel(0.006, 2e-5, 4e-8, 1e-3, DraftCost(2e-3, 8e-7))),
+        ),
+        regime_lengths=(1800.0, 640.5),
     )
 
 
@@ -163,7 +174,9 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
         observation,
-        ServiceModel("ngram", cost, max_batch=64),
+        ServiceModel(
+            "suffix", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+        ),
         settings,
         0.0,
     )
