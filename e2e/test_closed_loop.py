@@ -21,14 +21,14 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from harness import Wait
 from kubernetes import client
 
+from e2e.harness import Wait, plain
 from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
 from specops.demo import DemoOptions, demo_service, engine_config
 from specops.demo._load import ConcurrencyDriver
-from specops.localstack import (
+from specops.launch import (
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,
@@ -130,9 +130,7 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
 
     def deployment() -> Obj:
-        found = apps.read_namespaced_deployment(NAME, namespace)
-        plain: Obj = api_client.sanitize_for_serialization(found)
-        return plain
+        return plain(api_client, apps.read_namespaced_deployment(NAME, namespace))
 
     def status() -> Obj:
         found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)

@@ -39,13 +39,11 @@ __all__ = [
     "VLLM_ACCEPTED",
     "VLLM_ACCEPTED_PER_POS",
     "VLLM_DRAFTS",
-    "VLLM_DRAFT_TOKENS",
     "VLLM_GENERATION_TOKENS",
     "VLLM_ITL",
     "VLLM_KV_CACHE_USAGE",
     "VLLM_RUNNING",
     "VLLM_TPOT",
-    "VLLM_TTFT",
     "VLLM_WAITING",
     "acceptance_length",
     "by_clause",
@@ -58,7 +56,6 @@ __all__ = [
 ]
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -67,7 +64,6 @@ VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
-VLLM_TTFT = "vllm:time_to_first_token_seconds"
 
 # The sidecar's estimates (labels namespace, pod, service; windowed ones also ``window``).
 SIDECAR_ACCEPTANCE_LENGTH = "specops_acceptance_length"

@@ -1,5 +1,8 @@
 """Pods' wire observations to one control input: sums, mixes, and honest exclusions."""
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 from specops.control import (
@@ -9,18 +12,22 @@ from specops.control import (
     Observation,
     ReasonCode,
     ServiceModel,
+    ServiceWindow,
     batch_distribution,
     decide,
     service_window,
 )
 from specops.observation import EstimateStatus
+from specops.observation import Observation as PodObservation
 from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
 NOW = 10_000.0
 
 
-def _window(pods, failures=(), k=3, **kwargs):
+def _window(
+    pods: Sequence[PodObservation], failures: Sequence[str] = (), k: int = 3, **kwargs: Any
+) -> ServiceWindow:
     return service_window(
         pods, failures, window_s=300.0, configured_k=k, now=NOW, pods_ready=True, **kwargs
     )
@@ -89,7 +96,9 @@ def test_a_pod_on_another_k_or_without_fresh_data_is_left_out_and_named() -> Non
         ),
     ],
 )
-def test_nothing_usable_is_said_and_withheld(pods, failures, reason) -> None:
+def test_nothing_usable_is_said_and_withheld(
+    pods: list[PodObservation], failures: list[str], reason: str
+) -> None:
     window = _window(pods, failures)
     assert not window.available
     assert window.reason == reason

@@ -34,7 +34,7 @@ from specops.control import (
     service_model,
     service_window,
 )
-from specops.localstack import free_ports
+from specops.launch import free_ports
 from specops.policy import SpecConfig
 from specops.profiles import get_profile
 from specops.render import apply_defaults

@@ -94,7 +94,8 @@ def _body(mode: str = "Auto") -> dict[str, Any]:
 
 
 def _status(kmock: Any) -> dict[str, Any]:
-    return (live(kmock, SERVICE, "llama") or {}).get("status", {})
+    status: dict[str, Any] = (live(kmock, SERVICE, "llama") or {}).get("status", {})
+    return status
 
 
 def _decision(kmock: Any) -> tuple[str, str] | None:
@@ -107,7 +108,8 @@ def _engine_config(kmock: Any) -> dict[str, Any] | None:
     if deployment is None:
         return None
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    return json.loads(args[args.index("--speculative-config") + 1])
+    config: dict[str, Any] = json.loads(args[args.index("--speculative-config") + 1])
+    return config
 
 
 def _events(kmock: Any) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 import copy
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -113,8 +114,8 @@ def test_the_config_in_force_is_read_from_status() -> None:
     assert config_in_force(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
 
 
-def _service(**policy: object) -> dict:
-    body = yaml.safe_load(EXAMPLE.read_text())
+def _service(**policy: object) -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     body["spec"]["policy"].update(policy)
     return body
 
@@ -180,6 +181,7 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
         0.0,
     )
     assert decision.action is Action.RECONFIGURE
+    assert decision.predicted_gain is not None
     status = decision_status(spec, decision)
     assert status["action"] == "Reconfigure"
     assert status["reasonCode"] == "GainPaysRestart"
