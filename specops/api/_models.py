@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from specops.api._rules import CrdModel, Rule
+from specops.control import ControlSettings
 from specops.profiles import profile_names
 from specops.vllm import (
     DYNAMIC_SCHEDULE_METHODS,
@@ -20,6 +21,9 @@ from specops.vllm import (
     VLLM_VERSION,
     SpeculationMethod,
 )
+
+# The control loop's defaults are the API's: one source for both.
+_LOOP = ControlSettings()
 
 __all__ = [
     "GROUP",
@@ -560,21 +564,23 @@ class PolicySpec(CrdModel):
     """Throughput: most tokens/s; Latency: lowest TPOT; Goodput: tokens/s within the TPOT target."""
     tpot_target_milliseconds: float | None = Field(default=None, gt=0, le=60000)
     """Time-per-output-token target in milliseconds (required for Goodput)."""
-    min_gain_percent: float = Field(default=5.0, ge=0, le=1000)
+    min_gain_percent: float = Field(default=_LOOP.min_gain * 100, ge=0, le=1000)
     """Smallest predicted gain, in percent, that justifies restarting pods."""
     evaluation_window_seconds: int = Field(default=300, ge=30, le=86400)
     """Length of the measurement window behind each decision."""
-    min_dwell_seconds: int = Field(default=900, ge=30, le=604800)
+    min_dwell_seconds: int = Field(default=int(_LOOP.min_dwell_s), ge=30, le=604800)
     """Least time between two reconfigurations."""
-    max_reconfigurations_per_hour: int = Field(default=4, ge=0, le=60)
+    max_reconfigurations_per_hour: int = Field(
+        default=_LOOP.max_reconfigurations_per_hour, ge=0, le=60
+    )
     """Cap on reconfigurations in any hour; 0 never reconfigures."""
     performance_profile: Annotated[str, StringConstraints(max_length=128)] | None = None
     """Step-cost profile the predictions start from; unset picks the one of spec.model."""
-    restart_cost_seconds: int = Field(default=300, ge=0, le=86400)
+    restart_cost_seconds: int = Field(default=int(_LOOP.restart_cost_s), ge=0, le=86400)
     """Estimated seconds of service a restart costs, until rollouts have been measured."""
-    rollout_timeout_seconds: int = Field(default=1800, ge=60, le=86400)
+    rollout_timeout_seconds: int = Field(default=int(_LOOP.rollout_timeout_s), ge=60, le=86400)
     """Time new pods get to become Ready before the previous config is restored."""
-    rollback_cooldown_seconds: int = Field(default=3600, ge=0, le=604800)
+    rollback_cooldown_seconds: int = Field(default=int(_LOOP.rollback_cooldown_s), ge=0, le=604800)
     """After a rollback, how long the restored config is kept before trying again."""
 
 

@@ -149,14 +149,14 @@ class ControlSettings:
     k_max: int = 7
     min_gain: float = 0.05
     margin: float = 2.0
-    restart_cost_s: float = 120.0
+    restart_cost_s: float = 300.0
     capacity_loss: float = 1.0
     min_dwell_s: float = 900.0
     max_reconfigurations_per_hour: int = 4
     max_staleness_s: float = 120.0
     min_drafts: int = 2000
     min_load_samples: int = 10
-    rollout_timeout_s: float = 900.0
+    rollout_timeout_s: float = 1800.0
     rollback_cooldown_s: float = 3600.0
     regime_min_s: float = 600.0
     regime_max_s: float = 3600.0

@@ -36,7 +36,12 @@ EAGLE = ServiceModel(
     method="eagle3", cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
 )
 SETTINGS = ControlSettings(
-    k_max=3, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
+    k_max=3,
+    restart_cost_s=30.0,
+    min_dwell_s=300.0,
+    min_drafts=1000,
+    confidence_z=0.0,
+    rollout_timeout_s=900.0,
 )
 GAIN_K3_TO_K1 = (6 / 18) / (7.5 / 26) - 1
 
