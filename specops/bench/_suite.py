@@ -19,7 +19,7 @@ from specops.errors import EngineConfigError
 from specops.policy import SpecConfig
 from specops.sim import load_truth, load_workload
 
-__all__ = ["VLLM_DOCUMENTED_TABLE", "policies_for", "run_suite"]
+__all__ = ["VLLM_DOCUMENTED_TABLE", "compare_on_trace", "policies_for", "run_suite"]
 
 # vLLM's dynamic speculative decoding docs, Llama-3.1-8B + EAGLE-3.
 VLLM_DOCUMENTED_TABLE = SpecConfig.table(
@@ -79,21 +79,24 @@ def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
     ]
 
 
+def compare_on_trace(
+    suite: BenchSuite, trace: LoadTrace, progress: Callable[[str], None] = lambda _: None
+) -> TraceResults:
+    """Every policy of the suite on one trace, and the oracle per segment: it picks among
+    the fixed configs, the truth's best tables and the per-step rule, whichever did best in
+    hindsight (never the controller)."""
+    runs = {}
+    candidates = [*policies_for(suite), *_truth_tables(trace, suite)]
+    for policy in candidates:
+        progress(f"{trace.name}: {policy.name}")
+        runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
+    pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
+    return oracle(trace, runs, pool)
+
+
 def run_suite(
     suite: BenchSuite,
     traces: Sequence[LoadTrace],
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[TraceResults]:
-    """Every policy on every trace; the oracle per segment picks among the fixed configs,
-    the truth's best tables and the per-step rule, whichever did best in hindsight."""
-    policies = policies_for(suite)
-    out = []
-    for trace in traces:
-        runs = {}
-        candidates = [*policies, *_truth_tables(trace, suite)]
-        for policy in candidates:
-            progress(f"{trace.name}: {policy.name}")
-            runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-        pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
-        out.append(oracle(trace, runs, pool))
-    return out
+    return [compare_on_trace(suite, trace, progress) for trace in traces]
