@@ -38,12 +38,12 @@ from specops.policy import Objective, ObjectiveKind, SpecConfig
 from specops.render import (
     HASH_ANNOTATION,
     RenderOptions,
-    SpeculationInForce,
     apply_defaults,
     data_parallel_size,
     performance_profile,
     plan,
     selector_labels,
+    spec_config,
     speculative_config_status,
 )
 from specops_operator._fetch import ObservationSource, ready_pods
@@ -61,13 +61,7 @@ from specops_operator._metrics import (
     STEP_TIME_INTERVALS,
 )
 from specops_operator._reconcile import reconcile
-from specops_operator._state import (
-    config_in_force,
-    restore_state,
-    save_state,
-    timestamp,
-    unix_time,
-)
+from specops_operator._state import restore_state, save_state, timestamp, unix_time
 
 __all__ = [
     "ControlOptions",
@@ -141,22 +135,10 @@ def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any])
     )
 
 
-def _in_force(spec: SpeculativeServiceSpec, config: SpecConfig) -> SpeculationInForce:
-    if config.is_off:
-        return SpeculationInForce.off()
-    schedule = tuple((r.start, r.end, r.k) for r in config.per_batch_size) or None
-    return SpeculationInForce(
-        enabled=True,
-        num_speculative_tokens=config.num_speculative_tokens,
-        schedule=schedule,
-        draft_model=spec.speculation.draft_model,
-    )
-
-
 def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
     """status.speculativeConfig whole: a key the new config lacks (a table replaced by one k)
     goes as null, which the merge patch deletes instead of keeping the old value."""
-    chosen = speculative_config_status(spec, _in_force(spec, config), "Controller")
+    chosen = speculative_config_status(spec, config, "Controller")
     return chosen.model_dump(by_alias=True, mode="json")
 
 
@@ -317,7 +299,7 @@ async def control_tick(
     pods = await asyncio.to_thread(kube.list_pods, namespace, selector_labels(name))
     fetched = await options.source.fetch(namespace, name, spec, ready_pods(pods))
 
-    in_force = config_in_force(service.status.speculative_config)
+    in_force = spec_config(service.status.speculative_config)
     profile = performance_profile(spec)
     method = spec.speculation.method
     window = service_window(

@@ -12,7 +12,7 @@ from specops_operator._control import (
     decision_status,
     deployment_ready,
 )
-from specops_operator._state import config_in_force, restore_state, save_state
+from specops_operator._state import restore_state, save_state
 
 from specops.api import ControllerStatus, SpeculativeConfigStatus, parse_service
 from specops.control import (
@@ -37,7 +37,7 @@ from specops.policy import (
     StepPoint,
     cost_prior,
 )
-from specops.render import RenderOptions, apply_defaults, performance_profile, plan
+from specops.render import RenderOptions, apply_defaults, performance_profile, plan, spec_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 TABLE = SpecConfig.table([[1, 16, 5], [17, 64, 3], [65, 256, 0]], cap=5)
@@ -92,7 +92,7 @@ def test_the_state_survives_status_and_json() -> None:
     ]
 
 
-def test_a_state_for_another_config_restarts_from_the_config_in_force() -> None:
+def test_a_state_for_another_config_restarts_from_the_spec_config() -> None:
     state = _full_state()
     restored = restore_state(save_state(state), SpecConfig.static(2))
     assert restored.config == restored.last_good == SpecConfig.static(2)
@@ -110,8 +110,8 @@ def test_the_config_in_force_is_read_from_status() -> None:
     on = SpeculativeConfigStatus.model_validate(
         {"enabled": True, "numSpeculativeTokens": 3, "schedule": schedule}
     )
-    assert config_in_force(on) == SpecConfig.table([[1, 64, 3], [65, 256, 0]], cap=3)
-    assert config_in_force(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
+    assert spec_config(on) == SpecConfig.table([[1, 64, 3], [65, 256, 0]], cap=3)
+    assert spec_config(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
 
 
 def _service(**policy: object) -> dict[str, Any]:
