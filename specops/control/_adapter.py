@@ -172,7 +172,7 @@ def service_window(
     stale = 0
     for pod in pods:
         window = _window(pod, window_s)
-        name = pod.pod or pod.service  # a whole service's, read from Prometheus, has no pod
+        name = pod.subject
         if pod.status is not EstimateStatus.OK or window is None:
             stale += pod.status is EstimateStatus.STALE
             skipped.append(f"{name}: estimates {pod.status.value}")

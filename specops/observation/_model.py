@@ -193,7 +193,9 @@ class Observation(_Model):
     """One pod's (or service's) windowed measurements and what they predict."""
 
     namespace: str
-    pod: str
+    pod: str | None = Field(
+        description="The pod measured; null when the measurements are a whole service's."
+    )
     service: str
     observed_at: float
     latest_reading_at: float | None
@@ -204,3 +206,8 @@ class Observation(_Model):
     source: SourceObservation
     windows: list[WindowObservation]
     prediction: PredictionObservation
+
+    @property
+    def subject(self) -> str:
+        """What was measured, in a message: the pod, or the service when there is none."""
+        return self.pod if self.pod is not None else self.service

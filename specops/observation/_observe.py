@@ -75,12 +75,13 @@ _UNKNOWN = EstimateStatus.UNKNOWN
 class ObserverConfig:
     """Who is observed, over which windows, and the prior the predictions start from.
 
-    ``cost_model`` is the performance profile's step-cost model for the running method;
-    without it there is no step-time fit and no prediction.
+    ``pod`` is None when the readings are a whole service's (its pods' series in
+    Prometheus, read at once). ``cost_model`` is the performance profile's step-cost model
+    for the running method; without it there is no step-time fit and no prediction.
     """
 
     namespace: str
-    pod: str
+    pod: str | None
     service: str
     windows_s: tuple[float, ...] = (60.0, 300.0, 900.0)
     prediction_window_s: float = 300.0

@@ -29,7 +29,7 @@ def _distribution(values: Sequence[float], bounds: Sequence[float]) -> Distribut
 
 
 def pod_observation(
-    pod: str,
+    pod: str | None,
     *,
     at: float,
     running: Sequence[float],

@@ -119,7 +119,7 @@ def test_nothing_usable_is_said_and_withheld(
 
 def test_a_whole_services_observation_is_named_by_the_service() -> None:
     """Read from Prometheus, the observation has no pod; mid-rollout it still runs the old k."""
-    window = _window([pod_observation("", at=NOW, running=[4] * 20, k=5)])
+    window = _window([pod_observation(None, at=NOW, running=[4] * 20, k=5)])
     assert not window.available
     assert window.message == "no usable measurements: llama: runs k=5, not the k=3 in force"
 
