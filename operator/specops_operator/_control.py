@@ -23,8 +23,8 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from specops.api import Decision as DecisionStatus
 from specops.api import (
+    DecisionStatus,
     SpeculativeService,
     SpeculativeServiceSpec,
     SpeculativeServiceStatus,
@@ -73,7 +73,7 @@ from specops_operator._state import restore_state, save_state, timestamp, unix_t
 from specops_operator._status import rollout_complete
 
 __all__ = [
-    "ControlOptions",
+    "ControlLoopOptions",
     "PostEvent",
     "TickPlan",
     "control_settings",
@@ -92,7 +92,7 @@ _MODES = tuple(m.value for m in Mode)
 
 
 @dataclass(frozen=True)
-class ControlOptions:
+class ControlLoopOptions:
     """Operator-wide settings of the loop; ``period_s`` overrides each spec's window."""
 
     source: ObservationSource
@@ -193,7 +193,7 @@ def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
 def _measurements(window: Window, decision: Decision, k: int) -> Obj:
     crossover = next((c.batch for c in decision.crossovers if c.k == k), None)
     return {
-        "time": timestamp(window.observation.window_end),
+        "time": timestamp(window.control_input.window_end),
         "windowSeconds": round(window.window_s),
         "concurrency": window.concurrency,
         "acceptanceLength": window.acceptance_length,
@@ -256,7 +256,7 @@ def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) ->
         ROLLBACKS.labels(namespace, name).inc()
 
 
-def _wait(service: SpeculativeService, options: ControlOptions, now: float) -> float:
+def _wait(service: SpeculativeService, options: ControlLoopOptions, now: float) -> float:
     """Seconds until the next decision is due (sooner while a rollout is followed)."""
     spec = service.spec
     period = options.period_s or float(spec.policy.evaluation_window_seconds)
@@ -340,7 +340,7 @@ def plan_tick(
     )
     state = restore_state(status.controller, in_force)
     decision = decide(
-        state, window.observation, _service_model(spec, profile), control_settings(spec), now
+        state, window.control_input, _service_model(spec, profile), control_settings(spec), now
     )
     live_status = body.get("status") or {}
     patch: Obj = {
@@ -362,7 +362,7 @@ async def _measure(
     name: str,
     service: SpeculativeService,
     spec: SpeculativeServiceSpec,
-    options: ControlOptions,
+    options: ControlLoopOptions,
     render: RenderOptions,
 ) -> tuple[Fetched, bool]:
     """The pods' observations, and whether the Deployment's rollout of the rendered
@@ -378,7 +378,7 @@ async def control_tick(
     kube: Kube,
     namespace: str,
     name: str,
-    options: ControlOptions,
+    options: ControlLoopOptions,
     render: RenderOptions,
     post_event: PostEvent,
 ) -> float:

@@ -29,8 +29,8 @@ from specops.api import SpeculativeServiceSpec
 from specops.errors import MetricsError
 from specops.observation import (
     HttpGet,
-    Observation,
     ObserverConfig,
+    PodObservation,
     PrometheusSource,
     WindowedObserver,
 )
@@ -76,7 +76,7 @@ class PodTarget:
 class Fetched:
     """Observations that arrived, and one message per pod or source that gave none."""
 
-    observations: tuple[Observation, ...]
+    observations: tuple[PodObservation, ...]
     failures: tuple[str, ...] = ()
 
 
@@ -119,7 +119,7 @@ class SidecarSource:
         self._client = client
         self._port = port
 
-    async def _one(self, pod: PodTarget) -> Observation:
+    async def _one(self, pod: PodTarget) -> PodObservation:
         url = f"http://{pod.ip}:{self._port}/v1/observation"
         try:
             response = await self._client.get(url)
@@ -128,7 +128,7 @@ class SidecarSource:
         if response.status_code != 200:
             raise MetricsError(f"{pod.name}: sidecar answered HTTP {response.status_code}")
         try:
-            return Observation.model_validate_json(response.content)
+            return PodObservation.model_validate_json(response.content)
         except pydantic.ValidationError as exc:
             raise MetricsError(f"{pod.name}: malformed observation: {exc}") from exc
 
@@ -136,7 +136,7 @@ class SidecarSource:
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched:
         results = await asyncio.gather(*(self._one(pod) for pod in pods), return_exceptions=True)
-        observations = tuple(r for r in results if isinstance(r, Observation))
+        observations = tuple(r for r in results if isinstance(r, PodObservation))
         failures = tuple(str(r) for r in results if isinstance(r, MetricsError))
         unexpected = [
             r for r in results if isinstance(r, BaseException) and not isinstance(r, MetricsError)

@@ -1,4 +1,4 @@
-"""The sidecar's own ``/metrics``: an Observation as Prometheus gauges.
+"""The sidecar's own ``/metrics``: a PodObservation as Prometheus gauges.
 
 Every series carries ``namespace``, ``pod`` and ``service``. An estimate is exported
 only while its status is ``ok``: a stale or unknown estimate has no series (a gap in a
@@ -16,7 +16,7 @@ from specops.observation import (
     DistributionObservation,
     EstimateStatus,
     LatencyObservation,
-    Observation,
+    PodObservation,
     SourceCounts,
     WindowObservation,
 )
@@ -27,7 +27,7 @@ _BASE = ("namespace", "pod", "service")
 _QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))
 
 
-def _identity(observation: Observation) -> list[str]:
+def _identity(observation: PodObservation) -> list[str]:
     """The base labels' values; no pod (a whole service's) is the empty value, which
     Prometheus reads as no label."""
     return [observation.namespace, observation.pod or "", observation.service]
@@ -190,7 +190,9 @@ def _window(out: _Families, w: WindowObservation) -> None:
         )
 
 
-def metric_families(observation: Observation, now: float, counts: SourceCounts) -> Iterable[Metric]:
+def metric_families(
+    observation: PodObservation, now: float, counts: SourceCounts
+) -> Iterable[Metric]:
     """The gauges for one observation (pure: the same inputs give the same families)."""
     out = _Families(_identity(observation))
     out.set(

@@ -22,9 +22,9 @@ from specops.bench._spec import BenchError, ControllerSpec, LoadTrace, ServiceSp
 from specops.bench._turbospec import GoodputRule
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
-    Observation,
     ServiceModel,
     decide,
     service_window,
@@ -245,7 +245,7 @@ class _Pod:
         )
         self.history.add(snapshot_from_reading(parse_exposition(page.decode(), now)))
 
-    def window(self, now: float, configured_k: int, ready: bool) -> Observation:
+    def window(self, now: float, configured_k: int, ready: bool) -> ControlInput:
         config = ObserverConfig(
             namespace="bench",
             pod="engine",
@@ -268,7 +268,7 @@ class _Pod:
             pods_ready=ready,
             kv_capacity_tokens=self.kv_capacity,
             default_context_tokens=PRIOR_CONTEXT,
-        ).observation
+        ).control_input
 
 
 def _segment(

@@ -43,12 +43,12 @@ from specops.vllm import table_applies
 
 __all__ = [
     "Action",
+    "ControlInput",
     "ControlSettings",
     "ControllerState",
     "CrossoverBand",
     "Decision",
     "Mode",
-    "Observation",
     "ReasonCode",
     "Rollout",
     "ServiceModel",
@@ -178,8 +178,9 @@ class ControlSettings:
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One measurement window, from the engine's own counters.
+class ControlInput:
+    """What a decision reads: one measurement window of the whole service, from the
+    engines' own counters (the pods' observations aggregated, see ``service_window``).
 
     ``load`` is the running-request distribution over the window (None if nothing was
     sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
@@ -326,12 +327,12 @@ def _holding(state: ControllerState, code: ReasonCode, why: str) -> _Outcome:
 def _follow_rollout(
     state: ControllerState,
     rollout: Rollout,
-    observation: Observation,
+    measured: ControlInput,
     settings: ControlSettings,
     now: float,
 ) -> _Outcome:
     elapsed = now - rollout.started_at
-    if observation.pods_ready:
+    if measured.pods_ready:
         durations = (*state.rollout_durations, elapsed)[-_DURATIONS_KEPT:]
         done = replace(state, rollout=None, last_good=rollout.target, rollout_durations=durations)
         return _Outcome(
@@ -367,19 +368,17 @@ def _follow_rollout(
 
 def _measure_acceptance(
     state: ControllerState,
-    observation: Observation,
+    measured: ControlInput,
     load: BatchDistribution,
     cost: LearnedCost,
     settings: ControlSettings,
 ) -> AcceptanceCurve | None:
     """The window's acceptance, or None when it had too few drafts to trust."""
-    if observation.num_drafts < settings.min_drafts or state.config.is_off:
+    if measured.num_drafts < settings.min_drafts or state.config.is_off:
         return None
-    reach = draft_reach(state.config, load, cost, observation.context_tokens)
+    reach = draft_reach(state.config, load, cost, measured.context_tokens)
     try:
-        return acceptance_from_counters(
-            observation.num_drafts, observation.accepted_per_position, reach
-        )
+        return acceptance_from_counters(measured.num_drafts, measured.accepted_per_position, reach)
     except ValueError:
         return None
 
@@ -400,7 +399,7 @@ def _policy(
     state: ControllerState,
     regime: Regime,
     acceptance: tuple[AcceptanceCurve, float],
-    observation: Observation,
+    measured: ControlInput,
     service: ServiceModel,
     cost: LearnedCost,
     settings: ControlSettings,
@@ -412,7 +411,7 @@ def _policy(
             drafts_seen=int(drafts),
             load=regime.load,
             cost=cost,
-            context_tokens=observation.context_tokens,
+            context_tokens=measured.context_tokens,
             current=state.config,
             objective=settings.objective,
             k_min=settings.k_min,
@@ -551,19 +550,19 @@ def _gate(
 
 def _track(
     state: ControllerState,
-    observation: Observation,
+    measured: ControlInput,
     load: BatchDistribution,
     cost: LearnedCost,
     settings: ControlSettings,
 ) -> tuple[ControllerState, Regime, bool]:
     """The state with the window's regime and acceptance learnt; whether the regime is new."""
-    window_curve = _measure_acceptance(state, observation, load, cost, settings)
+    window_curve = _measure_acceptance(state, measured, load, cost, settings)
     regime, new_regime = track_regime(
         state.regime,
         load,
         window_curve,
-        observation.num_drafts,
-        observation.window_end,
+        measured.num_drafts,
+        measured.window_end,
         settings.regime,
     )
     if new_regime and state.regime is not None:
@@ -571,7 +570,7 @@ def _track(
         state = replace(state, regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:])
     state = replace(state, regime=regime)
     if window_curve is not None:
-        state = replace(state, acceptance=window_curve, acceptance_drafts=observation.num_drafts)
+        state = replace(state, acceptance=window_curve, acceptance_drafts=measured.num_drafts)
     return state, regime, new_regime
 
 
@@ -579,7 +578,7 @@ def _evaluate(
     state: ControllerState,
     regime: Regime,
     acceptance: tuple[AcceptanceCurve, float],
-    observation: Observation,
+    measured: ControlInput,
     service: ServiceModel,
     posterior: CostPosterior,
     cost: LearnedCost,
@@ -589,20 +588,20 @@ def _evaluate(
     """The policy's choice for the regime (with ``cost``, the posterior's mean), its gain
     under the posterior, and the crossovers the profile alone predicts, to set beside the
     measured ones."""
-    choice = _policy(state, regime, acceptance, observation, service, cost, settings)
+    choice = _policy(state, regime, acceptance, measured, service, cost, settings)
     likely, bands = _under_posterior(
         choice,
         state.config,
         regime.load,
         posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points),
-        observation.context_tokens,
+        measured.context_tokens,
         settings,
         service.max_batch,
     )
     prior_model = SpeedModel(
         CostPosterior.of(service.cost, CostEvidence()).model(),
         choice.acceptance,
-        observation.context_tokens,
+        measured.context_tokens,
     )
     prior_crossovers = crossovers(
         prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
@@ -714,7 +713,7 @@ def _judge(
 
 def _plan_measured(
     state: ControllerState,
-    observation: Observation,
+    measured: ControlInput,
     service: ServiceModel,
     settings: ControlSettings,
     restart_cost: float,
@@ -723,11 +722,11 @@ def _plan_measured(
     """Learn from a fresh window (step times, regime, acceptance), then judge the policy's
     choice, unless the window holds too little to choose on."""
     state = replace(
-        state, cost_evidence=state.cost_evidence.add(observation.cost_points, service.cost)
+        state, cost_evidence=state.cost_evidence.add(measured.cost_points, service.cost)
     )
     posterior = CostPosterior.of(service.cost, state.cost_evidence)
     cost = posterior.model()
-    load = observation.load
+    load = measured.load
     if load is None or load.samples < settings.min_load_samples:
         return _holding(
             state,
@@ -735,7 +734,7 @@ def _plan_measured(
             f"the window has {load.samples if load else 0} busy load samples, "
             f"fewer than the {settings.min_load_samples} a decision needs",
         )
-    state, regime, new_regime = _track(state, observation, load, cost, settings)
+    state, regime, new_regime = _track(state, measured, load, cost, settings)
     if regime.doubts > 0:
         return _holding(
             state,
@@ -753,14 +752,14 @@ def _plan_measured(
         )
         return replace(unknown, new_regime=new_regime)
     evaluation = _evaluate(
-        state, regime, acceptance, observation, service, posterior, cost, settings, now
+        state, regime, acceptance, measured, service, posterior, cost, settings, now
     )
     return replace(_judge(state, evaluation, restart_cost, settings, now), new_regime=new_regime)
 
 
 def _plan(
     state: ControllerState,
-    observation: Observation,
+    measured: ControlInput,
     service: ServiceModel | None,
     settings: ControlSettings,
     restart_cost: float,
@@ -769,9 +768,9 @@ def _plan(
     """What this tick does: follow a rollout, hold for want of fresh measurements or of a
     cost model, or decide on the window."""
     if state.rollout is not None:
-        return _follow_rollout(state, state.rollout, observation, settings, now)
-    if observation.problem:
-        return _holding(state, ReasonCode.METRICS_UNAVAILABLE, observation.problem)
+        return _follow_rollout(state, state.rollout, measured, settings, now)
+    if measured.problem:
+        return _holding(state, ReasonCode.METRICS_UNAVAILABLE, measured.problem)
     if service is None:
         return _holding(
             state,
@@ -779,14 +778,14 @@ def _plan(
             "no step-cost model (performance profile) is known for this service, so no "
             "config can be predicted",
         )
-    age = now - observation.window_end
+    age = now - measured.window_end
     if age > settings.max_staleness_s:
         return _holding(
             state,
             ReasonCode.METRICS_STALE,
             f"the latest measurements are {age:.0f}s old (limit {settings.max_staleness_s:.0f}s)",
         )
-    return _plan_measured(state, observation, service, settings, restart_cost, now)
+    return _plan_measured(state, measured, service, settings, restart_cost, now)
 
 
 def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
@@ -816,12 +815,12 @@ def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
 
 def decide(
     state: ControllerState,
-    observation: Observation,
+    measured: ControlInput,
     service: ServiceModel | None,
     settings: ControlSettings,
     now: float,
 ) -> Decision:
     """One tick of the slow loop; ``service`` is None when no step-cost model is known."""
     restart_cost = _restart_cost(state, settings)
-    outcome = _plan(state, observation, service, settings, restart_cost, now)
+    outcome = _plan(state, measured, service, settings, restart_cost, now)
     return _decision(outcome, restart_cost, now)

@@ -1,6 +1,6 @@
 """What a vLLM pod measured: windowed acceptance, load, step cost and outcome estimates.
 
-The sidecar builds an :class:`Observation` from its own readings; the operator can build
+The sidecar builds a :class:`PodObservation` from its own readings; the operator can build
 the same from Prometheus for a whole service. Both poll a metrics source (the engine's
 ``/metrics`` or Prometheus, each reading through the HTTP GET its caller passes) with one
 :class:`WindowedObserver`, and both go through the same pure path: readings -> snapshots
@@ -29,8 +29,8 @@ from specops.observation._model import (
     ExpectedTokensObservation,
     LatencyObservation,
     LoadObservation,
-    Observation,
     OutcomeObservation,
+    PodObservation,
     PredictionObservation,
     SourceObservation,
     StepTimeFitObservation,
@@ -87,10 +87,10 @@ __all__ = [
     "LatencyQuantiles",
     "LoadObservation",
     "MetricsSource",
-    "Observation",
     "ObserverConfig",
     "OncePerCause",
     "OutcomeObservation",
+    "PodObservation",
     "PredictionObservation",
     "PrometheusSource",
     "Reading",

@@ -1,4 +1,4 @@
-"""The Observation: what one pod (or a whole service) measured, as typed JSON.
+"""The PodObservation: what one pod (or a whole service) measured, as typed JSON.
 
 Served by the sidecar on ``/v1/observation`` and read by the operator. Every estimate
 carries a status: ``ok`` (fresh data), ``stale`` (the values are real measurements but
@@ -24,8 +24,8 @@ __all__ = [
     "ExpectedTokensObservation",
     "LatencyObservation",
     "LoadObservation",
-    "Observation",
     "OutcomeObservation",
+    "PodObservation",
     "PredictionObservation",
     "SourceObservation",
     "StepTimeFitObservation",
@@ -189,7 +189,7 @@ class SourceObservation(_Model):
     error: str = ""
 
 
-class Observation(_Model):
+class PodObservation(_Model):
     """One pod's (or service's) windowed measurements and what they predict."""
 
     namespace: str

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from specops.errors import MetricsError
 from specops.observation._history import History
-from specops.observation._model import Observation, SourceObservation
+from specops.observation._model import PodObservation, SourceObservation
 from specops.observation._observe import ObserverConfig, observe
 from specops.observation._snapshot import snapshot_from_reading
 from specops.observation._sources import MetricsSource
@@ -89,11 +89,11 @@ class WindowedObserver:
         self._observation = self._observe(clock())
 
     @property
-    def observation(self) -> Observation:
+    def observation(self) -> PodObservation:
         """The observation as of the last poll."""
         return self._observation
 
-    def observation_at(self, now: float) -> Observation:
+    def observation_at(self, now: float) -> PodObservation:
         """The observation as of ``now``: recomputed if the last poll is over a second old,
         so a stuck poll cannot keep estimates looking fresh."""
         if now - self._observation.observed_at > 1.0:
@@ -104,7 +104,7 @@ class WindowedObserver:
     def counts(self) -> SourceCounts:
         return SourceCounts(self._ok, self._failed, self._last_read_s)
 
-    def _observe(self, now: float) -> Observation:
+    def _observe(self, now: float) -> PodObservation:
         source = SourceObservation(
             kind=self._source.kind,
             target=self._source.target,

@@ -11,8 +11,8 @@ from specops.observation import (
     DistributionObservation,
     EstimateStatus,
     LoadObservation,
-    Observation,
     OutcomeObservation,
+    PodObservation,
     PredictionObservation,
     SourceObservation,
     WindowObservation,
@@ -40,7 +40,7 @@ def pod_observation(
     status: EstimateStatus = EstimateStatus.OK,
     window_s: float = 300.0,
     tokens_per_second: float = 1000.0,
-) -> Observation:
+) -> PodObservation:
     """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``."""
     ok = EstimateStatus.OK
     per_position = [alpha ** (i + 1) for i in range(k)]
@@ -71,7 +71,7 @@ def pod_observation(
         cost=CostObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
         outcome=OutcomeObservation(status=ok, output_tokens_per_second=tokens_per_second),
     )
-    return Observation(
+    return PodObservation(
         namespace="ml",
         pod=pod,
         service="llama",

@@ -110,7 +110,7 @@ async def drive_decisions(
                 pods_ready=state.config == running,  # the engine keeps running its config
                 kv_capacity_tokens=profile.kv_capacity("eagle3"),
             )
-            decision = decide(state, window.observation, model, _SETTINGS, now)
+            decision = decide(state, window.control_input, model, _SETTINGS, now)
             _record_metrics(namespace, service, Mode.AUTO.value, decision)
             taken[decision.action.value, decision.code.value] += 1
             state = decision.state

@@ -20,10 +20,10 @@ from specops_operator._status import rollout_complete
 from specops.api import ControllerStatus, SpeculativeConfigStatus, parse_service
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
     Mode,
-    Observation,
     Regime,
     Rollout,
     ServiceModel,
@@ -174,7 +174,7 @@ def test_the_deployment_is_ready_only_when_every_pod_runs_the_desired_template()
 def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
     spec = apply_defaults(parse_service(_service()).spec)
     cost = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
-    observation = Observation(
+    observation = ControlInput(
         window_end=0.0,
         load=BatchDistribution.from_samples([4] * 60),
         context_tokens=0,

@@ -22,8 +22,8 @@ from specops.errors import MetricsError
 from specops.observation import (
     EngineMetricsSource,
     EstimateStatus,
-    Observation,
     ObserverConfig,
+    PodObservation,
     PrometheusSource,
     Reading,
     Snapshot,
@@ -81,7 +81,7 @@ async def _poll(
 
 def _observe(
     snapshots: list[Snapshot], kind: Literal["direct", "prometheus"], now: float
-) -> Observation:
+) -> PodObservation:
     config = ObserverConfig(
         namespace="ns",
         pod="llama-0",

@@ -6,7 +6,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from specops_sidecar import build_app
 
-from specops.observation import EngineMetricsSource, Observation, ObserverConfig, WindowedObserver
+from specops.observation import (
+    EngineMetricsSource,
+    ObserverConfig,
+    PodObservation,
+    WindowedObserver,
+)
 from specops.profiles import get_profile
 from tests.observation.fake_vllm import FakeVllm
 
@@ -43,7 +48,7 @@ async def test_endpoints_serve_the_observation() -> None:
         assert health.status == 200
         assert (await health.json())["status"] == "ok"
 
-        observation = Observation.model_validate_json(
+        observation = PodObservation.model_validate_json(
             await (await http.get("/v1/observation")).text()
         )
         assert observation.windows[0].acceptance.mean_acceptance_length is not None
