@@ -235,7 +235,16 @@ def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> No
             gauge.remove(*labels)
 
 
-def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) -> None:
+def _report(namespace: str, name: str, mode: str, decision: Decision) -> None:
+    """The decision in the log and the operator's metrics."""
+    log.info(
+        "%s/%s: %s (%s) %s",
+        namespace,
+        name,
+        decision.action.value,
+        decision.code.value,
+        decision.reason,
+    )
     DECISIONS.labels(namespace, name, decision.action.value, decision.code.value).inc()
     for each in _MODES:
         MODE.labels(namespace, name, each).set(1.0 if each == mode else 0.0)
@@ -407,17 +416,8 @@ async def control_tick(
         now,
         options.default_context_tokens,
     )
-    decision = tick.decision
     patched = await asyncio.to_thread(kube.patch_status, body, tick.patch)
-    _record_metrics(namespace, name, spec.speculation.mode, decision)
-    log.info(
-        "%s/%s: %s (%s) %s",
-        namespace,
-        name,
-        decision.action.value,
-        decision.code.value,
-        decision.reason,
-    )
+    _report(namespace, name, spec.speculation.mode, tick.decision)
     if tick.event is not None:
         post_event(patched, *tick.event)
     if tick.changed:  # re-render the Deployment now rather than on the next resync

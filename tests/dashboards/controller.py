@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import yaml
 from prometheus_client import REGISTRY, start_http_server
-from specops_operator._control import _record_metrics
+from specops_operator._control import _report
 from specops_operator._fetch import PodTarget, SidecarSource
 from specops_operator._metrics import forget_service, start_service
 
@@ -111,7 +111,7 @@ async def drive_decisions(
                 kv_capacity_tokens=profile.kv_capacity("eagle3"),
             )
             decision = decide(state, window.control_input, model, _SETTINGS, now)
-            _record_metrics(namespace, service, Mode.AUTO.value, decision)
+            _report(namespace, service, Mode.AUTO.value, decision)
             taken[decision.action.value, decision.code.value] += 1
             state = decision.state
             await asyncio.sleep(1.0)
