@@ -111,7 +111,8 @@ class CostPrior:
 
     ``noise`` is the relative error of one interval's mean step time that no term
     explains (step-to-step jitter over ``steps`` steps plus the model's own misfit,
-    ``misfit``, which does not average away).
+    ``misfit``, which does not average away); ``outlier_ratio`` how far from the
+    prediction so far a point may lie before it is taken for a broken interval.
     """
 
     mean: tuple[float, ...]
@@ -119,6 +120,7 @@ class CostPrior:
     knee_tokens: float
     noise: float = 0.05
     misfit: float = 0.02
+    outlier_ratio: float = 3.0
 
 
 def cost_prior(
@@ -181,8 +183,17 @@ class CostEvidence:
     ks: tuple[int, ...] = ()
 
     def add(self, points: Sequence[StepPoint], prior: CostPrior) -> CostEvidence:
-        """The evidence with the points newer than ``until`` counted once."""
+        """The evidence with the points newer than ``until`` counted once.
+
+        A point more than ``outlier_ratio`` away from what the evidence so far predicts
+        is a broken interval (a counter summed across a restart, a stalled scrape) far more
+        often than physics, and is left out: one such point would otherwise move every
+        term at once.
+        """
         fresh = [p for p in points if p.end > self.until and p.steps > 0 and p.step_seconds > 0]
+        if fresh:
+            model = CostPosterior.of(prior, self).model()
+            fresh = [p for p in fresh if _plausible(p, model, prior.outlier_ratio)]
         if not fresh:
             return self
         gram = list(self.gram)
@@ -202,7 +213,10 @@ class CostEvidence:
                 moment[i] += w * x[i] * p.step_seconds
                 for j in range(_DIM):
                     gram[i * _DIM + j] += w * x[i] * x[j]
-        ks = {*self.ks, *(round(p.positions) if p.speculating > 0.5 else 0 for p in fresh)}
+        ks = {
+            *self.ks,
+            *(round(p.positions / p.speculating) if p.speculating else 0 for p in fresh),
+        }
         return CostEvidence(
             gram=tuple(gram),
             moment=tuple(moment),
@@ -211,6 +225,26 @@ class CostEvidence:
             until=max(p.end for p in fresh),
             ks=tuple(sorted(ks)),
         )
+
+
+def _plausible(point: StepPoint, model: LearnedCost, ratio: float) -> bool:
+    predicted = sum(
+        c * v
+        for c, v in zip(
+            model.coefficients,
+            _features(
+                point.batched_tokens,
+                point.context_tokens,
+                point.positions,
+                point.drafted,
+                point.speculating,
+                model.knee_tokens,
+            ),
+            strict=True,
+        )
+    )
+    predicted = max(predicted, model.floor_s)
+    return predicted / ratio <= point.step_seconds <= predicted * ratio
 
 
 def _cholesky(matrix: Sequence[float]) -> list[float]:

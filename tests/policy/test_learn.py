@@ -107,3 +107,12 @@ def test_draws_spread_where_the_data_is_silent_and_narrow_where_it_speaks() -> N
     spread = [d.step_time(seen) for d in draws]
     assert max(spread) - min(spread) < 0.2 * _truth(32, 3)
     assert posterior.draws(4, seed=7) == posterior.draws(4, seed=7)
+
+
+def test_a_point_far_from_every_prediction_is_taken_for_a_broken_interval() -> None:
+    prior = cost_prior(PROFILE)
+    good = _points(3, [8])
+    broken = StepPoint(32.0, 5600.0, 3.0, 24.0, 1.0, 0.5, 100, 5.0)  # 0.5 s for batch 8
+    evidence = CostEvidence().add([*good, broken], prior)
+    assert evidence.points == 1
+    assert evidence.until == good[0].end
