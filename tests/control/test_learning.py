@@ -17,22 +17,13 @@ from specops.control import (
 from specops.policy import (
     BatchDistribution,
     CostEvidence,
-    DraftCost,
     SpecConfig,
-    StepCostModel,
     StepPoint,
     cost_prior,
 )
+from tests.policy.fit import H100_FIT
 
-PROFILE = StepCostModel(
-    t_fixed=5.886e-3,
-    c_tok=0.0,
-    c_kv=3.926e-8,
-    t_overhead=1.207e-3,
-    draft=DraftCost(t_fixed=2.135e-3, c_tok=8.414e-7, c_kv=2.378e-9),
-    flops_per_token=1.6e10,
-    peak_flops=7.6e14,
-)
+PROFILE = H100_FIT
 SERVICE = ServiceModel(method="suffix", cost=cost_prior(PROFILE), max_batch=256)
 SETTINGS = ControlSettings(
     k_max=7, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0

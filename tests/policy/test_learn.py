@@ -8,24 +8,15 @@ from specops.policy import (
     AcceptanceCurve,
     CostEvidence,
     CostPosterior,
-    DraftCost,
     SpeedModel,
-    StepCostModel,
     StepPoint,
     StepShape,
     best_k_by_batch,
     cost_prior,
 )
+from tests.policy.fit import H100_FIT
 
-PROFILE = StepCostModel(
-    t_fixed=5.886e-3,
-    c_tok=0.0,
-    c_kv=3.926e-8,
-    t_overhead=1.207e-3,
-    draft=DraftCost(t_fixed=2.135e-3, c_tok=8.414e-7, c_kv=2.378e-9),
-    flops_per_token=1.6e10,
-    peak_flops=7.6e14,
-)
+PROFILE = H100_FIT
 ACCEPTANCE = AcceptanceCurve((0.647, 0.390, 0.241, 0.158, 0.106, 0.065, 0.065))
 CONTEXT = 700
 
