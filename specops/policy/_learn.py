@@ -274,6 +274,29 @@ def _solve(lower: Sequence[float], rhs: Sequence[float]) -> list[float]:
     return x
 
 
+def _nonnegative_mean(precision: Sequence[float], rhs: Sequence[float]) -> tuple[float, ...]:
+    """The posterior's mode with every coefficient >= 0 (each term is a cost).
+
+    Unconstrained, a few collinear points (one k, a narrow range of batches) can trade a
+    negative term against a large one and predict absurd step times away from the data.
+    Active set: solve, pin the most negative coefficient at 0, solve the rest again.
+    """
+    pinned: set[int] = set()
+    while True:
+        matrix = list(precision)
+        vector = list(rhs)
+        for i in pinned:
+            for j in range(_DIM):
+                matrix[i * _DIM + j] = matrix[j * _DIM + i] = 0.0
+            matrix[i * _DIM + i] = 1.0
+            vector[i] = 0.0
+        solution = _solve(_cholesky(matrix), vector)
+        negative = [i for i in range(_DIM) if solution[i] < 0 and i not in pinned]
+        if not negative:
+            return tuple(max(v, 0.0) for v in solution)
+        pinned.add(min(negative, key=lambda i: solution[i]))
+
+
 @dataclass(frozen=True, slots=True)
 class LearnedCost:
     """Step time from one set of coefficients; a StepCostModel's stand-in for the policy."""
@@ -306,7 +329,7 @@ class CostPosterior:
             precision[i * _DIM + i] += p
             rhs[i] += p * prior.mean[i]
         lower = _cholesky(precision)
-        return cls(prior, evidence, tuple(_solve(lower, rhs)), tuple(lower))
+        return cls(prior, evidence, _nonnegative_mean(precision, rhs), tuple(lower))
 
     @property
     def measured(self) -> bool:
@@ -342,5 +365,5 @@ class CostPosterior:
                 d[i] = (z[i] - sum(lower[m * _DIM + i] * d[m] for m in range(i + 1, _DIM))) / lower[
                     i * _DIM + i
                 ]
-            out.append(self._model([m + v for m, v in zip(self.mean, d, strict=True)]))
+            out.append(self._model([max(m + v, 0.0) for m, v in zip(self.mean, d, strict=True)]))
         return tuple(out)
