@@ -145,11 +145,20 @@ class TraceEntry(_Spec):
 
 
 class BenchSuite(_Spec):
+    """Traces, policies and the service; ``truths``: every trace runs on each of these
+    engine truths (default: the service's one), the controller always starting from the
+    service's profile, whichever truth the engine runs."""
+
     name: str
     service: ServiceSpec
     controller: ControllerSpec = ControllerSpec()
     traces: tuple[TraceEntry, ...] = Field(min_length=1)
     policies: tuple[str, ...] | None = None
+    truths: tuple[str, ...] | None = Field(default=None, min_length=1)
+
+    @property
+    def truth_axis(self) -> tuple[str, ...]:
+        return self.truths or (self.service.truth,)
 
 
 def _read_yaml(path: Path, what: str) -> object:

@@ -99,4 +99,15 @@ def run_suite(
     traces: Sequence[LoadTrace],
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[TraceResults]:
-    return [compare_on_trace(suite, trace, progress) for trace in traces]
+    """Every trace on every truth of the suite; with several truths a trace's results are
+    named ``trace@truth``."""
+    truths = suite.truth_axis
+    out = []
+    for truth in truths:
+        on_truth = suite.model_copy(
+            update={"service": suite.service.model_copy(update={"truth": truth})}
+        )
+        for trace in traces:
+            named = trace.model_copy(update={"name": f"{trace.name}@{truth}"})
+            out.append(compare_on_trace(on_truth, named if len(truths) > 1 else trace, progress))
+    return out

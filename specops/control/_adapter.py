@@ -99,17 +99,23 @@ def _context_tokens(
     return found if found is not None else default
 
 
-def _step_points(windows: Sequence[WindowObservation], context_tokens: float) -> list[StepPoint]:
+def _step_points(
+    used: Sequence[tuple[PodObservation, WindowObservation]], context_tokens: float
+) -> list[StepPoint]:
     """The pods' measured intervals as step-time points, oldest first.
 
     A decoding request that drafts proposes its k tokens once per step, so the drafts
     per step over the running requests is the share of steps that drafted, and the
-    proposed tokens per draft is the mean draft length.
+    proposed tokens per draft is the mean draft length. An interval whose spec-decode
+    counters contradict the pod's config (drafts on a pod running without speculation,
+    none on one running with it: a series missing or summed across a restart) would
+    teach the step-time model a k the steps did not run, so it is left out.
     """
     points: list[StepPoint] = []
-    for window in windows:
+    for pod, window in used:
+        speculating_pod = bool(pod.configured_k)
         for p in window.cost.points:
-            if p.batch <= 0:
+            if p.batch <= 0 or (p.drafts > 0) != speculating_pod:
                 continue
             speculating = min(p.drafts / p.batch, 1.0)
             points.append(
@@ -224,7 +230,7 @@ def service_window(
         num_drafts=drafts,
         accepted_per_position=accepted,
         pods_ready=pods_ready,
-        cost_points=tuple(_step_points(windows, context)),
+        cost_points=tuple(_step_points(used, context)),
     )
     running = [
         (w.load.running.mean, float(w.load.running.samples)) for w in windows if w.load.running

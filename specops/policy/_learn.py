@@ -111,7 +111,8 @@ class CostPrior:
 
     ``noise`` is the relative error of one interval's mean step time that no term
     explains (step-to-step jitter over ``steps`` steps plus the model's own misfit,
-    ``misfit``, which does not average away).
+    ``misfit``, which does not average away); ``outlier_ratio`` how far from the
+    prediction so far a point may lie before it is taken for a broken interval.
     """
 
     mean: tuple[float, ...]
@@ -119,6 +120,7 @@ class CostPrior:
     knee_tokens: float
     noise: float = 0.05
     misfit: float = 0.02
+    outlier_ratio: float = 3.0
 
 
 def cost_prior(
@@ -181,8 +183,17 @@ class CostEvidence:
     ks: tuple[int, ...] = ()
 
     def add(self, points: Sequence[StepPoint], prior: CostPrior) -> CostEvidence:
-        """The evidence with the points newer than ``until`` counted once."""
+        """The evidence with the points newer than ``until`` counted once.
+
+        A point more than ``outlier_ratio`` away from what the evidence so far predicts
+        is a broken interval (a counter summed across a restart, a stalled scrape) far more
+        often than physics, and is left out: one such point would otherwise move every
+        term at once.
+        """
         fresh = [p for p in points if p.end > self.until and p.steps > 0 and p.step_seconds > 0]
+        if fresh:
+            model = CostPosterior.of(prior, self).model()
+            fresh = [p for p in fresh if _plausible(p, model, prior.outlier_ratio)]
         if not fresh:
             return self
         gram = list(self.gram)
@@ -202,7 +213,10 @@ class CostEvidence:
                 moment[i] += w * x[i] * p.step_seconds
                 for j in range(_DIM):
                     gram[i * _DIM + j] += w * x[i] * x[j]
-        ks = {*self.ks, *(round(p.positions) if p.speculating > 0.5 else 0 for p in fresh)}
+        ks = {
+            *self.ks,
+            *(round(p.positions / p.speculating) if p.speculating else 0 for p in fresh),
+        }
         return CostEvidence(
             gram=tuple(gram),
             moment=tuple(moment),
@@ -211,6 +225,26 @@ class CostEvidence:
             until=max(p.end for p in fresh),
             ks=tuple(sorted(ks)),
         )
+
+
+def _plausible(point: StepPoint, model: LearnedCost, ratio: float) -> bool:
+    predicted = sum(
+        c * v
+        for c, v in zip(
+            model.coefficients,
+            _features(
+                point.batched_tokens,
+                point.context_tokens,
+                point.positions,
+                point.drafted,
+                point.speculating,
+                model.knee_tokens,
+            ),
+            strict=True,
+        )
+    )
+    predicted = max(predicted, model.floor_s)
+    return predicted / ratio <= point.step_seconds <= predicted * ratio
 
 
 def _cholesky(matrix: Sequence[float]) -> list[float]:
@@ -238,6 +272,29 @@ def _solve(lower: Sequence[float], rhs: Sequence[float]) -> list[float]:
             i * _DIM + i
         ]
     return x
+
+
+def _nonnegative_mean(precision: Sequence[float], rhs: Sequence[float]) -> tuple[float, ...]:
+    """The posterior's mode with every coefficient >= 0 (each term is a cost).
+
+    Unconstrained, a few collinear points (one k, a narrow range of batches) can trade a
+    negative term against a large one and predict absurd step times away from the data.
+    Active set: solve, pin the most negative coefficient at 0, solve the rest again.
+    """
+    pinned: set[int] = set()
+    while True:
+        matrix = list(precision)
+        vector = list(rhs)
+        for i in pinned:
+            for j in range(_DIM):
+                matrix[i * _DIM + j] = matrix[j * _DIM + i] = 0.0
+            matrix[i * _DIM + i] = 1.0
+            vector[i] = 0.0
+        solution = _solve(_cholesky(matrix), vector)
+        negative = [i for i in range(_DIM) if solution[i] < 0 and i not in pinned]
+        if not negative:
+            return tuple(max(v, 0.0) for v in solution)
+        pinned.add(min(negative, key=lambda i: solution[i]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +329,7 @@ class CostPosterior:
             precision[i * _DIM + i] += p
             rhs[i] += p * prior.mean[i]
         lower = _cholesky(precision)
-        return cls(prior, evidence, tuple(_solve(lower, rhs)), tuple(lower))
+        return cls(prior, evidence, _nonnegative_mean(precision, rhs), tuple(lower))
 
     @property
     def measured(self) -> bool:
@@ -308,5 +365,5 @@ class CostPosterior:
                 d[i] = (z[i] - sum(lower[m * _DIM + i] * d[m] for m in range(i + 1, _DIM))) / lower[
                     i * _DIM + i
                 ]
-            out.append(self._model([m + v for m, v in zip(self.mean, d, strict=True)]))
+            out.append(self._model([max(m + v, 0.0) for m, v in zip(self.mean, d, strict=True)]))
         return tuple(out)

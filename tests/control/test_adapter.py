@@ -17,7 +17,7 @@ from specops.control import (
     decide,
     service_window,
 )
-from specops.observation import EstimateStatus, PodObservation
+from specops.observation import CostPointObservation, EstimateStatus, PodObservation
 from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
@@ -151,3 +151,18 @@ def test_without_a_cost_model_the_loop_only_follows_rollouts() -> None:
     state = ControllerState.initial(SpecConfig.static(3))
     decision = decide(state, observation, None, ControlSettings(), NOW)
     assert (decision.action, decision.code) == (Action.WITHHOLD, ReasonCode.NO_COST_MODEL)
+
+
+def test_step_points_whose_counters_contradict_the_config_are_left_out() -> None:
+    drafting = CostPointObservation(
+        batched_tokens=32, step_seconds=0.01, steps=100, batch=8, drafted_tokens=24, drafts=8, end=1
+    )
+    silent = CostPointObservation(
+        batched_tokens=8, step_seconds=0.01, steps=100, batch=8, drafted_tokens=0, drafts=0, end=2
+    )
+    pod = pod_observation("a", at=NOW, running=[8] * 30, cost_points=[drafting, silent])
+    points = _window([pod]).control_input.cost_points
+    assert [p.end for p in points] == [1]  # k = 3 in force: a step that drafted nothing is broken
+    assert points[0].positions == pytest.approx(3.0) and points[0].speculating == 1.0
+    off = pod_observation("a", at=NOW, running=[8] * 30, k=0, cost_points=[drafting, silent])
+    assert [p.end for p in _window([off], k=0).control_input.cost_points] == [2]

@@ -17,22 +17,13 @@ from specops.control import (
 from specops.policy import (
     BatchDistribution,
     CostEvidence,
-    DraftCost,
     SpecConfig,
-    StepCostModel,
     StepPoint,
     cost_prior,
 )
+from tests.policy.fit import H100_FIT
 
-PROFILE = StepCostModel(
-    t_fixed=5.886e-3,
-    c_tok=0.0,
-    c_kv=3.926e-8,
-    t_overhead=1.207e-3,
-    draft=DraftCost(t_fixed=2.135e-3, c_tok=8.414e-7, c_kv=2.378e-9),
-    flops_per_token=1.6e10,
-    peak_flops=7.6e14,
-)
+PROFILE = H100_FIT
 SERVICE = ServiceModel(method="suffix", cost=cost_prior(PROFILE), max_batch=256)
 SETTINGS = ControlSettings(
     k_max=7, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
@@ -68,9 +59,9 @@ def test_an_unmeasured_k_the_mean_favours_is_probed() -> None:
 
 
 def test_once_that_k_is_measured_the_posterior_decides_without_a_probe() -> None:
-    # k = 7 was run at this load and measured slow: the controller stays at k = 1
+    # k = 7 was run at this load and measured slow (22 ms a step): the controller stays at k = 1
     prior = SERVICE.cost
-    evidence = CostEvidence().add([_measured(7, 0.030), _measured(1, 0.0102)], prior)
+    evidence = CostEvidence().add([_measured(7, 0.022), _measured(1, 0.0102)], prior)
     state = ControllerState(
         config=SpecConfig.static(1), last_good=SpecConfig.static(1), cost_evidence=evidence
     )

@@ -8,24 +8,15 @@ from specops.policy import (
     AcceptanceCurve,
     CostEvidence,
     CostPosterior,
-    DraftCost,
     SpeedModel,
-    StepCostModel,
     StepPoint,
     StepShape,
     best_k_by_batch,
     cost_prior,
 )
+from tests.policy.fit import H100_FIT
 
-PROFILE = StepCostModel(
-    t_fixed=5.886e-3,
-    c_tok=0.0,
-    c_kv=3.926e-8,
-    t_overhead=1.207e-3,
-    draft=DraftCost(t_fixed=2.135e-3, c_tok=8.414e-7, c_kv=2.378e-9),
-    flops_per_token=1.6e10,
-    peak_flops=7.6e14,
-)
+PROFILE = H100_FIT
 ACCEPTANCE = AcceptanceCurve((0.647, 0.390, 0.241, 0.158, 0.106, 0.065, 0.065))
 CONTEXT = 700
 
@@ -107,3 +98,12 @@ def test_draws_spread_where_the_data_is_silent_and_narrow_where_it_speaks() -> N
     spread = [d.step_time(seen) for d in draws]
     assert max(spread) - min(spread) < 0.2 * _truth(32, 3)
     assert posterior.draws(4, seed=7) == posterior.draws(4, seed=7)
+
+
+def test_a_point_far_from_every_prediction_is_taken_for_a_broken_interval() -> None:
+    prior = cost_prior(PROFILE)
+    good = _points(3, [8])
+    broken = StepPoint(32.0, 5600.0, 3.0, 24.0, 1.0, 0.5, 100, 5.0)  # 0.5 s for batch 8
+    evidence = CostEvidence().add([*good, broken], prior)
+    assert evidence.points == 1
+    assert evidence.until == good[0].end
