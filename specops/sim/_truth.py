@@ -11,6 +11,9 @@ there); the step time is a pure function of the step's shape (``EngineStep``)::
     target = gemm + attn + comm_s + comm_s_per_token * N
     step   = target + overhead_s + speculation + table.penalty_s (while a table is set)
 
+Every formula takes arrays (``EngineSteps``, one entry per step), so a stretch of steps
+is priced in one pass with the same arithmetic as a single step.
+
 ``knee(a, b)`` is the soft maximum ``(a**p + b**p) ** (1 / p)`` of memory time and compute
 time (p = ``knee``; omitted: the hard maximum; 1: their sum, the additive fit). The weight
 GEMMs and attention are separate kernels, each bound by its own roofline, so they add.
@@ -26,8 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
+import numpy.typing as npt
 import yaml
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -38,6 +43,7 @@ __all__ = [
     "DEFAULT_TRUTH",
     "DraftTruth",
     "EngineStep",
+    "EngineSteps",
     "EngineTruth",
     "TableTruth",
     "TargetTruth",
@@ -51,6 +57,8 @@ TRUTH_DIR = Path(__file__).parent / "truths"
 DEFAULT_TRUTH = "llama3.1-8b-h100-eagle3"
 
 _STRICT = ConfigDict(extra="forbid")
+Counts = npt.NDArray[np.int64]
+Times = npt.NDArray[np.floating[Any]]
 Seconds = Annotated[float, Field(ge=0)]
 Positive = Annotated[float, Field(gt=0)]
 
@@ -75,6 +83,36 @@ class EngineStep:
     family: DraftFamily = DraftFamily.NETWORK
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSteps:
+    """The shapes of many steps of one engine configuration: one array entry per step."""
+
+    batch: Counts
+    k: Counts
+    context_tokens: Counts
+    prefill_tokens: Counts
+    prefill_context_tokens: Counts
+    table: bool = False
+    speculative: bool = False
+    family: DraftFamily = DraftFamily.NETWORK
+
+    @classmethod
+    def of(cls, step: EngineStep) -> EngineSteps:
+        def one(value: int) -> Counts:
+            return np.array([value], dtype=np.int64)
+
+        return cls(
+            batch=one(step.batch),
+            k=one(step.k),
+            context_tokens=one(step.context_tokens),
+            prefill_tokens=one(step.prefill_tokens),
+            prefill_context_tokens=one(step.prefill_context_tokens),
+            table=step.table,
+            speculative=step.speculative,
+            family=step.family,
+        )
+
+
 @dataclass(frozen=True)
 class TargetTruth:
     """The target model's forward pass: two rooflines (weight GEMMs, attention) and TP."""
@@ -91,13 +129,13 @@ class TargetTruth:
     comm_s: Seconds = 0.0
     comm_s_per_token: Seconds = 0.0
 
-    def forward(self, step: EngineStep) -> float:
-        tokens = step.batch * (step.k + 1) + step.prefill_tokens
+    def forward(self, steps: EngineSteps) -> Times:
+        tokens = steps.batch * (steps.k + 1) + steps.prefill_tokens
         rate = self.peak_flops * self.efficiency
         gemm = _soft_max(self.weights_s, self.flops_per_token * tokens / rate, self.knee)
         attention = _soft_max(
-            self.kv_s_per_token * (step.context_tokens + step.prefill_context_tokens),
-            self.attention_flops_per_pair * (step.k + 1) * step.context_tokens / rate,
+            self.kv_s_per_token * (steps.context_tokens + steps.prefill_context_tokens),
+            self.attention_flops_per_pair * (steps.k + 1) * steps.context_tokens / rate,
             self.knee,
         )
         return gemm + attention + self.comm_s + self.comm_s_per_token * tokens
@@ -115,7 +153,7 @@ class DraftTruth:
     kv_s_per_token: Seconds
     kv_tokens: Annotated[int, Field(ge=0)]
 
-    def seconds(self, batch: int, positions: int, kv_tokens: int) -> float:
+    def seconds(self, batch: Counts, positions: Counts, kv_tokens: Counts) -> Times:
         return (
             self.fixed_s
             + positions * (self.per_position_s + self.per_token_s * batch)
@@ -178,23 +216,27 @@ class EngineTruth:
 
     def step_time(self, step: EngineStep) -> float:
         """Seconds for one step, before noise and any pod slowdown."""
-        forward = self.target.forward(step)
+        return float(self.step_times(EngineSteps.of(step))[0])
+
+    def step_times(self, steps: EngineSteps) -> Times:
+        """Seconds for each step, before noise and any pod slowdown."""
+        forward = self.target.forward(steps)
         seconds = forward + self.overhead_s
-        if step.table:
-            seconds += self.table.penalty_s
-        if not step.speculative or step.batch == 0:
+        if steps.table:
+            seconds = seconds + self.table.penalty_s
+        if not steps.speculative:
             return seconds
-        positions = step.k or (self.table.zero_row_draft_positions if step.table else 0)
-        if positions == 0:
-            return seconds
-        if step.family is DraftFamily.LOOKUP:
-            seconds += self.lookup_fraction * forward
+        zero_row = self.table.zero_row_draft_positions if steps.table else 0
+        positions = np.where(steps.k > 0, steps.k, zero_row)
+        drafting = (steps.batch > 0) & (positions > 0)
+        if steps.family is DraftFamily.LOOKUP:
+            draft = self.lookup_fraction * forward
         else:
-            kv = step.context_tokens + step.prefill_context_tokens
-            seconds += self.draft.seconds(step.batch, positions, kv)
-        if step.k:
-            seconds += self.verify.fixed_s + self.verify.per_token_s * step.batch * step.k
-        return seconds
+            kv = steps.context_tokens + steps.prefill_context_tokens
+            draft = self.draft.seconds(steps.batch, positions, kv)
+        seconds = np.where(drafting, seconds + draft, seconds)
+        verify = self.verify.fixed_s + self.verify.per_token_s * steps.batch * steps.k
+        return np.where(drafting & (steps.k > 0), seconds + verify, seconds)
 
     def kv_capacity(self, family: DraftFamily | None) -> int:
         """KV-cache tokens left for requests: all of them, less a draft network's share."""
@@ -203,15 +245,15 @@ class EngineTruth:
         return self.kv_cache_tokens
 
 
-def _soft_max(memory: float, compute: float, p: float | None) -> float:
+def _soft_max(memory: float | Times, compute: Times, p: float | None) -> Times:
     if p is None:
-        return max(memory, compute)
+        return np.maximum(memory, compute)
     if p == 1:
         return memory + compute
-    top = max(memory, compute)
-    if top == 0:
-        return 0.0
-    return float(top * ((memory / top) ** p + (compute / top) ** p) ** (1 / p))
+    top = np.maximum(memory, compute)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        knee = top * ((memory / top) ** p + (compute / top) ** p) ** (1 / p)
+    return np.where(top > 0, knee, 0.0)
 
 
 _ADAPTER: TypeAdapter[EngineTruth] = TypeAdapter(EngineTruth)
