@@ -534,6 +534,7 @@ class SimulatedEngine:
             _Requests(self, phase),
             limits,
             running=len(self._order),
+            held=self._used_blocks(limits.block, limits.lookahead),
             waiting=len(self._waiting),
             free_slots=len(self._free),
             concurrency=concurrency,
@@ -647,8 +648,8 @@ class SimulatedEngine:
                 request = self._waiting.popleft()
                 slot = self._admit(request, entrant.chunk, start if step == 0 else ends[step - 1])
                 self._ctx[slot] += entrant.chunk
+                request.lane = entrant.lane
                 self._first_token(slot, float(ends[step]))
-                self._lanes[slot] = entrant.lane
                 slots[len(running) + a] = slot
                 names.append(request.request_id)
                 a += 1
@@ -724,14 +725,13 @@ class SimulatedEngine:
     def _preempt_lane(self, planned: Plan, lane_id: int, slot: int, step: int) -> None:
         """Preempt a lane at the start of ``step``, from the state its decodes left."""
         lane = planned.lanes[lane_id]
-        request = self._slot_request[slot]
-        assert lane is not None and request is not None
+        assert lane is not None and lane is self._lanes[slot]
         done = lane.done + step - planned.starts[lane_id]
         moved = int(lane.cum[done])
         self._pos[slot] = lane.pos + moved
         self._gen[slot] = lane.generated + moved
+        lane.done = done
         self._preempt(slot, count_it=True)
-        request.lane = lane.resumed(done)
 
     # -- one step alone ----------------------------------------------------------------
 
@@ -930,6 +930,10 @@ class SimulatedEngine:
         self._gen[slot] += 1
         self._ctx[slot] += 1
         self._last_ts[slot] = end
+        lane = request.lane
+        if lane is not None and lane.fits(lane.cap, request.pos, int(self._gen[slot])):
+            lane.done = 0
+            self._lanes[slot] = lane
         if request.first_token_ts >= 0:
             return 0
         request.first_token_ts = end
@@ -1010,6 +1014,9 @@ class SimulatedEngine:
         assert request is not None
         request.generated = int(self._gen[slot])
         request.pos = int(self._pos[slot])
+        lane = self._lanes[slot]
+        if lane is not None:
+            request.lane = lane.resumed(lane.done)
         self._release(slot)
         self._waiting.appendleft(request)
         if count_it:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, overload
 
 import numpy as np
@@ -124,8 +124,14 @@ class LaneSteps:
         return (self.lane, self.step, self.low, self.high, self.remaining, self.origin)
 
     def before(self, steps: int) -> LaneSteps:
-        keep = self.step < steps
+        return self.where(self.step < steps)
+
+    def where(self, keep: npt.NDArray[np.bool_]) -> LaneSteps:
         return LaneSteps(*(column[keep] for column in self.columns()))
+
+    def join(self, other: LaneSteps) -> LaneSteps:
+        pairs = zip(self.columns(), other.columns(), strict=True)
+        return LaneSteps(*(np.concatenate(pair) for pair in pairs))
 
     @property
     def context(self) -> Counts:
@@ -156,21 +162,36 @@ class Plan:
     preempted: dict[int, int]
     admitted: list[tuple[int, Entrant]]
     arrivals: list[int]
+    running: LaneSteps
+    """The decodes of the running lanes up to the horizon, preemptions not yet applied."""
 
     def decodes(self, lane: int, steps: int) -> int:
         """How many of steps ``0 .. steps - 1`` the lane decodes in."""
         last = self.finishes[lane] + 1
         return min(last, self.preempted.get(lane, last), steps) - self.starts[lane]
 
-    def spans(self, steps: int) -> list[tuple[int, Lane, int, int]]:
-        """(lane id, lane, first step, decodes) of every lane that decodes before ``steps``."""
+    def spans(self, steps: int, first: int = 0) -> list[tuple[int, Lane, int, int]]:
+        """(lane id, lane, first step, decodes) of every lane from ``first`` on that decodes
+        before ``steps``."""
         spans = []
-        for index, lane in enumerate(self.lanes):
+        for index, lane in enumerate(self.lanes[first:], start=first):
             if lane is not None:
                 count = self.decodes(index, steps)
                 if count > 0:
                     spans.append((index, lane, self.starts[index], count))
         return spans
+
+    def all_decodes(self, steps: int) -> LaneSteps:
+        """Every decode before ``steps``: the running lanes' (but for preempted steps), then
+        the admitted lanes'."""
+        running = self.running.before(steps)
+        if self.preempted:
+            stop = np.full(len(self.lanes), steps, dtype=np.int64)
+            for lane, step in self.preempted.items():
+                stop[lane] = step
+            running = running.where(running.step < stop[running.lane])
+        first = len(self.lanes) - len(self.admitted)
+        return running.join(LaneSteps.of(self.spans(steps, first)))
 
 
 class _Blocks:
@@ -203,7 +224,7 @@ class _Blocks:
         """A request that will hold at most ``peak`` joins: count blocks if it may not fit."""
         self.most += peak
         if self.held is None and self.most > self._limits.kv_blocks:
-            decodes = LaneSteps.of(planned.spans(self._horizon))
+            decodes = planned.all_decodes(self._horizon)
             held = np.bincount(
                 decodes.step, self._limits.blocks(decodes.context), minlength=self._horizon
             )
@@ -245,6 +266,7 @@ class _Planner:
         limits: Limits,
         k_for: Callable[[int], int],
         *,
+        k: int,
         running: int,
         waiting: int,
         free_slots: int,
@@ -262,15 +284,15 @@ class _Planner:
         self.next_index = waiting
         self.resumed: list[Entrant] = []
         self.blocked = False
-        budget = limits.max_batched_tokens - running * limits.lookahead
-        self.k = k_for(running + self._admissible(budget))
-        self.planned = Plan(self.k, horizon, [], [], [], {}, [], [])
+        self.k = k
+        lanes = [requests.running_lane(index, k + 1) for index in range(running)]
+        spans = [(i, lane, 0, min(lane.steps - lane.done, horizon)) for i, lane in enumerate(lanes)]
+        self.planned = Plan(k, horizon, [], [], [], {}, [], [], LaneSteps.of(spans))
         self.blocks = _Blocks(limits, horizon)
         self.peaks: list[int] = []
         self.heap: list[tuple[int, int]] = []
         self.alive: set[int] = set()
-        for index in range(running):
-            lane = requests.running_lane(index, self.k + 1)
+        for lane in lanes:
             self._add(lane, 0, lane.steps - lane.done - 1, self.blocks.peak(lane, 0))
         self.blocks.expect(sum(self.peaks), self.planned)
 
@@ -281,17 +303,6 @@ class _Planner:
         if item >= 0:
             return self.requests.entrant(item, self.k + 1)
         return self.resumed[-1 - item]
-
-    def _admissible(self, budget: int) -> int:
-        """How many queued requests the first step's token budget takes (for its k)."""
-        count = 0
-        for item in self.pending:
-            chunk = self._chunk(item)
-            if count >= self.free_slots or budget <= 0 or chunk > budget:
-                break
-            budget -= chunk
-            count += 1
-        return count
 
     def _add(self, lane: Lane | None, start: int, finish: int, peak: int) -> None:
         planned = self.planned
@@ -401,17 +412,7 @@ class _Planner:
                 break
         if end == 0:
             return None
-        planned = self.planned
-        return Plan(
-            self.k,
-            min(end, self.horizon),
-            planned.lanes,
-            planned.starts,
-            planned.finishes,
-            planned.preempted,
-            planned.admitted,
-            planned.arrivals,
-        )
+        return replace(self.planned, steps=min(end, self.horizon))
 
 
 def plan(
@@ -419,6 +420,7 @@ def plan(
     limits: Limits,
     *,
     running: int,
+    held: int,
     waiting: int,
     free_slots: int,
     concurrency: int | None,
@@ -427,7 +429,8 @@ def plan(
 ) -> Plan | None:
     """The stretch's requests; None when its very first step needs the whole scheduler.
 
-    Every running request decodes (none is part way through a chunked prefill). A step
+    Every running request decodes (none is part way through a chunked prefill) and, all
+    together, they hold ``held`` KV blocks now. A step
     admits queued requests in order while slots, the token budget and KV blocks last, each
     prefilled whole (one that would be chunked ends the stretch, as does a step whose
     running requests outgrow the KV cache: a preemption); ``k_for(scheduled)`` is the k of
@@ -435,16 +438,43 @@ def plan(
     stretch. With ``concurrency``, after every step the closed loop tops the requests
     in flight (running and queued) up to it.
     """
+    if held > limits.kv_blocks:  # the step starts with a preemption: the scheduler's work
+        return None
+    budget = limits.max_batched_tokens - running * limits.lookahead
+    first = _first_admissions(requests, limits, waiting, free_slots, budget, held)
+    if first is None:
+        return None
     return _Planner(
         requests,
         limits,
         k_for,
+        k=k_for(running + first),
         running=running,
         waiting=waiting,
         free_slots=free_slots,
         concurrency=concurrency,
         horizon=horizon,
     ).run()
+
+
+def _first_admissions(
+    requests: Requests, limits: Limits, waiting: int, slots: int, budget: int, held: int
+) -> int | None:
+    """How many waiting requests the first step admits (its k depends on it), found before
+    any lane is walked, as ``_Planner.admit`` finds them; None when it would chunk one."""
+    free_blocks = limits.kv_blocks - held
+    count = 0
+    while count < waiting and count < slots and budget > 0:
+        chunk = requests.chunk(count)
+        need = limits.blocks(chunk)
+        if need > free_blocks:
+            break
+        if chunk > budget:
+            return None
+        budget -= chunk
+        free_blocks -= need
+        count += 1
+    return count
 
 
 @dataclass(frozen=True)
@@ -488,7 +518,7 @@ def price(
     would differ: the first step that starts at or after ``until``, the step that crosses
     ``phase_end`` (the workload's mix changes for arrivals after it)."""
     steps = planned.steps
-    decodes = LaneSteps.of(planned.spans(steps))
+    decodes = planned.all_decodes(steps)
     decoding = _per_step(decodes.step, steps)
     admitted_at = np.asarray([step for step, _ in planned.admitted], dtype=np.int64)
     chunks = np.asarray([e.chunk for _, e in planned.admitted], dtype=np.int64)
