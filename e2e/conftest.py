@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from harness import Kubectl, Wait
 from kubernetes import client, config
 
+from e2e.harness import Kubectl, Wait
 from specops.cluster import (
     CacheLayout,
     ClusterInfo,
@@ -54,7 +54,7 @@ def cluster() -> Iterator[ClusterInfo]:
 @pytest.fixture(scope="session")
 def api_client(cluster: ClusterInfo) -> Iterator[client.ApiClient]:
     """A Python client acting as the cluster admin."""
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
     try:
         yield api
     finally:

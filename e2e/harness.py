@@ -9,15 +9,32 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from kubernetes import client
 
-__all__ = ["EXAMPLE", "Kubectl", "Phases", "Wait", "apply", "example"]
+__all__ = ["EXAMPLE", "Kubectl", "Phases", "Wait", "apply", "example", "filled", "plain"]
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
 Wait = Callable[[Callable[[], bool], str], None]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+_T = TypeVar("_T")
+
+
+def filled(value: _T | None) -> _T:
+    """A field the API server fills on what it returns (an object's metadata, spec and
+    status; a running pod's node and IP): the client's models type every field optional."""
+    assert value is not None
+    return value
+
+
+def plain(api: client.ApiClient, model: object) -> dict[str, Any]:
+    """A model of the client as the JSON object the API server sent."""
+    found: dict[str, Any] = api.sanitize_for_serialization(model)  # type: ignore[no-untyped-call]
+    return found
 
 
 def example(namespace: str) -> dict[str, Any]:

@@ -21,14 +21,14 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from harness import Wait
 from kubernetes import client
 
+from e2e.harness import Wait, plain
 from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
 from specops.demo import DemoOptions, demo_service, engine_config
 from specops.demo._load import ConcurrencyDriver
-from specops.localstack import (
+from specops.launch import (
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,
@@ -130,9 +130,7 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
 
     def deployment() -> Obj:
-        found = apps.read_namespaced_deployment(NAME, namespace)
-        plain: Obj = api_client.sanitize_for_serialization(found)
-        return plain
+        return plain(api_client, apps.read_namespaced_deployment(NAME, namespace))
 
     def status() -> Obj:
         found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
@@ -171,7 +169,12 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
         wait(lambda: _k(deployment()) < raised, f"k to fall below {raised} at {HIGH} in flight")
         lowered = _k(deployment())
         _check_decision(status(), lowered)
+        _check_measured(status())
         wait(lambda: bool(serving(lowered)), f"new pods running k={lowered}")
+
+        load.level = LOW  # load falls again: speculation goes back up
+        wait(lambda: _k(deployment()) > lowered, f"k to rise above {lowered} back at {LOW}")
+        _check_decision(status(), _k(deployment()))
     finally:
         load.stop()
     events = core.list_namespaced_event(
@@ -181,6 +184,18 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
     assert any(f"-> k={raised}" in m for m in messages), messages
     assert any(f"-> k={lowered}" in m for m in messages), messages
     assert load.driver.completed > 0
+
+
+def _check_measured(status: Obj) -> None:
+    """The decision predicted from measured step times, and status says from what."""
+    model = status["lastDecision"]["stepTimeModel"]
+    assert model["source"] == "Measured", model
+    assert model["intervals"] > 0 and model["draftingKs"], model
+    evidence = status["controller"]["stepTimeEvidence"]
+    assert evidence["intervals"] == model["intervals"], evidence
+    assert status["lastDecision"]["likelyGainPercent"] is not None
+    drafted = status["lastMeasurements"]["draftedTokensPerDraft"]
+    assert drafted is None or drafted > 0
 
 
 def _engine_k(speculative_config: str | None) -> int:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from harness import Kubectl, Wait, apply, example
 from kubernetes import client
 
+from e2e.harness import Kubectl, Wait, apply, example
 from specops.cluster import ClusterInfo
-from specops.localstack import OperatorProcess, installed_chart, operator_kubeconfig
+from specops.launch import OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 
@@ -79,20 +79,21 @@ def test_chart_and_operator_create_the_monitoring_objects(
 
             def pod_monitor() -> Obj | None:
                 try:
-                    found: Obj = custom.get_namespaced_custom_object(
+                    found = custom.get_namespaced_custom_object(
                         GROUP, VERSION, namespace, "podmonitors", name
                     )
                 except client.ApiException as exc:
                     if exc.status == 404:
                         return None
                     raise
-                return found
+                return cast(Obj, found)
 
             wait(lambda: pod_monitor() is not None, "the operator's PodMonitor")
             monitor = pod_monitor()
             assert monitor is not None
             deployment = client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace)
             template = deployment.spec.template
+            assert template.metadata is not None and template.spec is not None
             selector = monitor["spec"]["selector"]["matchLabels"]
             assert selector.items() <= (template.metadata.labels or {}).items()
             ports = {p.name for c in template.spec.containers for p in c.ports or ()}

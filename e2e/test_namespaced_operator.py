@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
-from harness import Kubectl, Wait, apply, example
 from kubernetes import client, config
 
+from e2e.harness import Kubectl, Wait, apply, example, filled
 from specops.api import GROUP, PLURAL, VERSION
 from specops.cluster import ClusterInfo
-from specops.localstack import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
+from specops.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +47,7 @@ def _can(api: client.ApiClient, verb: str, resource: str, namespace: str, group:
         )
     )
     answer = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
-    return bool(answer.status.allowed)
+    return bool(filled(answer.status).allowed)
 
 
 def test_a_namespaced_operator_serves_its_namespace_and_nothing_else(
@@ -66,7 +67,7 @@ def test_a_namespaced_operator_serves_its_namespace_and_nothing_else(
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
 
     identity = operator_kubeconfig(cluster.kubeconfig, release, tmp_path / "kubeconfig")
-    as_operator = config.new_client_from_config(config_file=str(identity))
+    as_operator = config.new_client_from_config(config_file=str(identity))  # type: ignore[no-untyped-call]
     try:
         for ns, allowed in ((namespace, True), (other_namespace, False)):
             assert _can(as_operator, "patch", "deployments", ns, "apps") is allowed, ns
@@ -84,11 +85,14 @@ def test_a_namespaced_operator_serves_its_namespace_and_nothing_else(
         custom = client.CustomObjectsApi(api_client)
 
         def served() -> bool:
-            found = custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, doc["metadata"]["name"]
+            found = cast(
+                "dict[str, Any]",
+                custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, doc["metadata"]["name"]
+                ),
             )
             status = found.get("status") or {}
-            return status.get("observedGeneration") == found["metadata"]["generation"]
+            return bool(status.get("observedGeneration") == found["metadata"]["generation"])
 
         wait(served, "the operator to reconcile the service in its namespace")
         apps.read_namespaced_deployment(doc["metadata"]["name"], namespace)

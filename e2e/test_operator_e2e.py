@@ -13,19 +13,19 @@ import copy
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import helm_python as helm
 import kopf
 import pytest
 import yaml
-from harness import EXAMPLE, Kubectl, Phases, Wait, apply, example
 from kubernetes import client
 from specops_operator import FIELD_MANAGER, Kube
 
+from e2e.harness import EXAMPLE, Kubectl, Phases, Wait, apply, example, filled, plain
 from specops.api import GROUP, PLURAL, VERSION, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
-from specops.localstack import OperatorProcess
+from specops.launch import OperatorProcess
 from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
 
 pytestmark = pytest.mark.e2e
@@ -104,21 +104,20 @@ def operator(operator_kubeconfig: Path, phases: Phases) -> Iterator[OperatorProc
 
 def _service(api: client.ApiClient, namespace: str, name: str = NAME) -> Obj:
     custom = client.CustomObjectsApi(api)
-    found: Obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    return found
+    found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return cast(Obj, found)
 
 
 def _deployment(api: client.ApiClient, namespace: str, name: str = NAME) -> Obj:
     apps = client.AppsV1Api(api)
-    found: Obj = api.sanitize_for_serialization(apps.read_namespaced_deployment(name, namespace))
-    return found
+    return plain(api, apps.read_namespaced_deployment(name, namespace))
 
 
 def _pods(api: client.ApiClient, namespace: str, name: str = NAME) -> list[client.V1Pod]:
     """The service's pods that are not on their way out."""
     selector = ",".join(f"{k}={v}" for k, v in child_labels(name).items())
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
+    return [p for p in pods if filled(p.metadata).deletion_timestamp is None]
 
 
 def _conditions(obj: Obj) -> dict[str, str]:
@@ -138,8 +137,9 @@ def _speculative_config(args: list[str]) -> Obj:
 
 
 def _pod_ready(pod: client.V1Pod) -> bool:
-    return pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
+    status = filled(pod.status)
+    return status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in status.conditions or []
     )
 
 
@@ -168,7 +168,8 @@ def _converged(api: client.ApiClient, namespace: str) -> bool:
     pods = _pods(api, namespace)
     args = _engine_args(deployment)
     return len(pods) == want and all(
-        _pod_ready(p) and next(c for c in p.spec.containers if c.name == "vllm").args == args
+        _pod_ready(p)
+        and next(c for c in filled(p.spec).containers if c.name == "vllm").args == args
         for p in pods
     )
 
@@ -180,7 +181,7 @@ def _expected_hash(service: Obj) -> str:
     return value
 
 
-def _event_reasons(api: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
+def _event_reasons(api: client.ApiClient, namespace: str) -> list[tuple[str | None, str | None]]:
     events = client.CoreV1Api(api).list_namespaced_event(
         namespace,
         field_selector=f"involvedObject.kind=SpeculativeService,involvedObject.name={NAME}",
@@ -235,6 +236,8 @@ def test_chart_installs_crd_rbac_and_the_operator_deployment(
     assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"} <= kinds
     extensions = client.ApiextensionsV1Api(api_client)
     definition = extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    assert definition.status is not None and definition.status.conditions is not None
+    assert definition.status.accepted_names is not None
     conditions = {c.type: c.status for c in definition.status.conditions}
     assert conditions["Established"] == "True"
     assert conditions["NamesAccepted"] == "True"
@@ -242,6 +245,7 @@ def test_chart_installs_crd_rbac_and_the_operator_deployment(
     assert definition.status.accepted_names.short_names == ["specsvc"]
     # helm's wait: the chart's own operator pod is Ready (on the fake CPU node, running nothing).
     deployment = client.AppsV1Api(api_client).read_namespaced_deployment(RELEASE, RELEASE_NAMESPACE)
+    assert deployment.status is not None
     assert deployment.status.ready_replicas == 1
 
 
@@ -259,8 +263,9 @@ def test_every_cel_rule_was_accepted_at_crd_creation(
 ) -> None:
     """The API server compiles each rule and checks its cost budget when the CRD is created;
     what it stored is what the chart shipped."""
-    live = api_client.sanitize_for_serialization(
-        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    live = plain(
+        api_client,
+        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}"),
     )
     shipped = yaml.safe_load(CHART_CRD.read_text())
     assert _count_rules(shipped) > 20
@@ -322,13 +327,14 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
         # Owned children, collected with their owner.
         owned = [
             deployment,
-            api_client.sanitize_for_serialization(
-                client.CoreV1Api(api_client).read_namespaced_service(NAME, namespace)
+            plain(
+                api_client, client.CoreV1Api(api_client).read_namespaced_service(NAME, namespace)
             ),
-            api_client.sanitize_for_serialization(
+            plain(
+                api_client,
                 client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(
                     f"{NAME}-pdb", namespace
-                )
+                ),
             ),
         ]
         for child in owned:
@@ -341,8 +347,10 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
 
         # Pods went through the real scheduler onto the GPU nodes.
         for pod in _pods(api_client, namespace):
+            assert pod.spec is not None and pod.spec.node_name is not None
             assert pod.spec.node_name.startswith("kwok-gpu-")
             engine = next(c for c in pod.spec.containers if c.name == "vllm")
+            assert engine.resources is not None and engine.resources.limits is not None
             assert engine.resources.limits[GPU_RESOURCE] == "1"
 
         # Status: observed generation, replicas, conditions.
@@ -556,7 +564,7 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
     phases: Phases,
 ) -> None:
     rollout()
-    before = {p.metadata.name for p in _pods(api_client, namespace)}
+    before = {filled(p.metadata).name for p in _pods(api_client, namespace)}
     assert not [r for r, _ in _event_reasons(api_client, namespace) if r in ("Updated", "Reverted")]
 
     lowest_available = 2
@@ -574,7 +582,7 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
         wait(rolled, "the pods to roll to k = 4")
     deployment = _deployment(api_client, namespace)
     assert _speculative_config(_engine_args(deployment))["num_speculative_tokens"] == 4
-    assert not before & {p.metadata.name for p in _pods(api_client, namespace)}
+    assert not before & {filled(p.metadata).name for p in _pods(api_client, namespace)}
     assert lowest_available == 2  # maxUnavailable: 0
     service = _service(api_client, namespace)
     assert service["status"]["speculativeConfig"]["numSpeculativeTokens"] == 4
@@ -590,7 +598,7 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
 
         def reverted() -> bool:
             spec = _deployment(api_client, namespace)["spec"]
-            return (
+            return bool(
                 spec["replicas"] == 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
             )
 
@@ -603,9 +611,10 @@ def test_spec_change_rolls_pods_without_losing_capacity_and_drift_is_reverted(
 
 
 def _vllm(deployment: Obj) -> Obj:
-    (engine,) = [
+    engines: list[Obj] = [
         c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"
     ]
+    (engine,) = engines
     return engine
 
 
@@ -657,7 +666,7 @@ def _rendered(api: client.ApiClient, namespace: str) -> bool:
 def _adopted_children(service: Obj) -> list[Obj]:
     """The objects the operator renders for ``service``, owned by it."""
     children = [copy.deepcopy(c) for c in plan(parse_service(service), RenderOptions()).objects]
-    kopf.adopt(children, owner=service)
+    kopf.adopt(children, owner=cast(kopf.Body, service))
     return children
 
 
@@ -746,7 +755,7 @@ def test_fields_dropped_from_the_spec_leave_the_deployment_and_other_managers_ke
             live = _deployment(api_client, namespace)
             values = {e["name"]: e.get("value") for e in _vllm(live)["env"]}
             selector = live["spec"]["template"]["spec"]["nodeSelector"]
-            return values["KEEP_ME"] == "1" and selector == {"example.com/pool": "gpu"}
+            return bool(values["KEEP_ME"] == "1" and selector == {"example.com/pool": "gpu"})
 
         wait(reverted, "the operator to take back its fields")
     deployment = _deployment(api_client, namespace)
@@ -819,7 +828,7 @@ def test_deleting_the_service_removes_everything_it_owns(
     selector = ",".join(f"{k}={v}" for k, v in child_labels(NAME).items())
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     policy = client.PolicyV1Api(api_client)
-    listings = {
+    listings: dict[str, Callable[[], Any]] = {
         "deployments": lambda: apps.list_namespaced_deployment(namespace, label_selector=selector),
         "replicasets": lambda: apps.list_namespaced_replica_set(namespace, label_selector=selector),
         "pods": lambda: core.list_namespaced_pod(namespace, label_selector=selector),
@@ -831,9 +840,10 @@ def test_deleting_the_service_removes_everything_it_owns(
     assert all(listing().items for listing in listings.values())
     with phases("kubectl delete (operator lets go)"):
         kubectl("delete", "specsvc", NAME, "-n", namespace, "--timeout=60s")
+
+    def emptied(listing: Callable[[], Any]) -> Callable[[], bool]:
+        return lambda: not listing().items
+
     with phases("owned objects collected"):
         for kind, listing in listings.items():
-            wait(
-                lambda listing=listing: not listing().items,
-                f"the garbage collector to remove {kind}",
-            )
+            wait(emptied(listing), f"the garbage collector to remove {kind}")

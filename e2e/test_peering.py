@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Kubectl, Wait, apply, example
 from kubernetes import client
 
+from e2e.harness import Kubectl, Wait, apply, example, filled
 from specops.cluster import ClusterInfo
-from specops.localstack import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
+from specops.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 
@@ -91,7 +91,7 @@ def test_one_replica_acts_and_the_other_takes_over_when_it_stops(
                 if exc.status == 404:
                     return None
                 raise
-            return int(found.spec.replicas)
+            return int(filled(found.spec.replicas))
 
         wait(lambda: replicas_of_deployment() == doc["spec"]["replicas"], "the Deployment")
         # The handler logs its success once it has also written the rest and the status.

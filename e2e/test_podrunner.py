@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from harness import Wait
 from kubernetes import client
 
+from e2e.harness import Wait, filled
 from specops.api import parse_service
 from specops.cluster import ClusterInfo
 from specops.podrunner import STARTUP_DELAY_ANNOTATION, RunnerState, read_state
@@ -95,6 +95,8 @@ def runner(cluster: ClusterInfo, tmp_path: Path, wait: Wait) -> Iterator[Runner]
 
 
 def _deployment(namespace: str) -> dict[str, Any]:
+    """The example's Deployment as the operator renders it. The client's create methods send
+    a dict as it is, though their types name only the models (hence the arg-type ignores)."""
     document = yaml.safe_load(EXAMPLE.read_text())
     document["metadata"]["namespace"] = namespace
     objects = plan(parse_service(document), RenderOptions()).objects
@@ -122,11 +124,15 @@ def _one_token_config(speculative_config: str) -> str:
 
 def _api_pods(core: client.CoreV1Api, namespace: str) -> dict[str, client.V1Pod]:
     pods = core.list_namespaced_pod(namespace, label_selector="specops.io/service=llama")
-    return {p.metadata.name: p for p in pods.items if p.metadata.deletion_timestamp is None}
+    return {
+        filled(filled(p.metadata).name): p
+        for p in pods.items
+        if filled(p.metadata).deletion_timestamp is None
+    }
 
 
 def _is_ready(pod: client.V1Pod) -> bool:
-    conditions = pod.status.conditions or []
+    conditions = filled(pod.status).conditions or []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
@@ -167,7 +173,7 @@ def test_pods_run_their_own_args_are_scraped_roll_and_stop(
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     deployment = _deployment(namespace)
     config = _speculative_config(deployment)
-    apps.create_namespaced_deployment(namespace, deployment)
+    apps.create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
     wait(lambda: _serving(runner, core, namespace, config), "an engine and a sidecar per pod")
     first = runner.state().service_pods(namespace, "llama")
     for pod in first:
@@ -232,7 +238,7 @@ def test_pods_are_ready_only_while_their_engine_answers(
     deployment = _deployment(namespace)
     template = deployment["spec"]["template"]["metadata"]
     template.setdefault("annotations", {})[STARTUP_DELAY_ANNOTATION] = str(_STARTUP_DELAY_S)
-    apps.create_namespaced_deployment(namespace, deployment)
+    apps.create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
     loading: set[str] = set()
 
     def all_ready_and_none_early() -> bool:
@@ -242,7 +248,7 @@ def test_pods_are_ready_only_while_their_engine_answers(
         for name, pod in pods.items():
             answers = name in engines and _answers(engines[name])
             assert answers or not _is_ready(pod), f"{name} is Ready before its engine answers"
-            if name in engines and pod.status.phase == "Running" and not answers:
+            if name in engines and filled(pod.status).phase == "Running" and not answers:
                 loading.add(name)
         return len(pods) == 2 and all(_is_ready(p) for p in pods.values())
 
@@ -299,7 +305,7 @@ def test_stopping_the_runner_stops_every_process(
 ) -> None:
     deployment = {**_deployment(namespace)}
     deployment["spec"] = {**deployment["spec"], "replicas": 1}
-    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)
+    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
     wait(
         lambda: any(p.ready for p in runner.state().service_pods(namespace, "llama")),
         "a running pod",

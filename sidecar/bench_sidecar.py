@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from specops.localstack import free_ports, specops_executable, stop_process, wait_until_answers
+from specops.launch import free_ports, specops_executable, stop_process, wait_until_answers
 from specops.observation import (
     Interval,
     ObserverConfig,
@@ -42,9 +42,8 @@ from specops.observation import (
     snapshot_from_reading,
 )
 from specops.profiles import get_profile
-from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
+from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload, render_metrics
 from specops.sim import parse_speculative_config as speculative
-from specops.sim._exposition import render_metrics
 
 PROFILE = "llama3.1-8b-h100"
 INTERVAL_S = 15.0

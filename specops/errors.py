@@ -6,7 +6,7 @@ SpecopsError
 ├── MetricsError          a metrics source failed (unreachable, malformed, PromQL error)
 ├── ClusterError          the local control plane could not be built or started
 └── (beside their code)   KubeApiError (operator), ReleaseError (vLLM wheel),
-                          BenchError, PodRunnerError, LocalStackError, DemoError
+                          BenchError, PodRunnerError, LaunchError, DemoError
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specops.localstack import (
+from specops.launch import (
     free_ports,
     spawn,
     specops_executable,

@@ -21,14 +21,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Gauge
+
 from specops.api import SpeculativeService, SpeculativeServiceSpec, parse_service
 from specops.control import (
     Action,
     ControlSettings,
     Decision,
     Mode,
-    ServiceModel,
     decide,
+    service_model,
     service_window,
 )
 from specops.control import ServiceWindow as Window
@@ -47,13 +49,16 @@ from specops.render import (
 from specops_operator._fetch import ObservationSource, ready_pods
 from specops_operator._kube import Kube
 from specops_operator._metrics import (
+    CROSSOVER_BAND,
     CROSSOVER_BATCH_SIZE,
     DECISIONS,
     MODE,
     PREDICTED_GAIN,
+    PRIOR_CROSSOVER,
     RECONFIGURATIONS,
     ROLLBACKS,
     SPECULATIVE_TOKENS,
+    STEP_TIME_INTERVALS,
 )
 from specops_operator._reconcile import reconcile
 from specops_operator._state import (
@@ -155,6 +160,29 @@ def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
     return chosen.model_dump(by_alias=True, mode="json")
 
 
+def _crossovers(decision: Decision) -> list[Obj]:
+    bands = {b.k: b for b in decision.crossover_bands}
+    return [
+        {
+            "k": c.k,
+            "batchSize": c.batch,
+            "batchSizeLow": bands[c.k].low if c.k in bands else None,
+            "batchSizeHigh": bands[c.k].high if c.k in bands else None,
+        }
+        for c in decision.crossovers
+    ]
+
+
+def _step_time_model(decision: Decision) -> Obj:
+    evidence = decision.state.cost_evidence
+    return {
+        "source": "Measured" if decision.cost_measured else "Prior",
+        "intervals": evidence.points,
+        "steps": round(evidence.steps),
+        "draftingKs": list(evidence.ks),
+    }
+
+
 def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
     """status.lastDecision; every key present (null clears what the last one had)."""
     gain = decision.predicted_gain
@@ -166,7 +194,11 @@ def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
         "predictedGainPercent": round(gain * 100, 3) if gain is not None else None,
         "gainSeconds": round(decision.gain_s, 1) if decision.gain_s is not None else None,
         "restartCostSeconds": round(decision.restart_cost_s, 1),
-        "crossovers": [{"k": c.k, "batchSize": c.batch} for c in decision.crossovers],
+        "likelyGainPercent": round(decision.likely_gain * 100, 3)
+        if decision.likely_gain is not None
+        else None,
+        "stepTimeModel": _step_time_model(decision),
+        "crossovers": _crossovers(decision),
         "applied": decision.applied,
         "recommended": _config_status(spec, decision.recommended)
         if decision.recommended is not None
@@ -185,6 +217,7 @@ def _measurements(window: Window, decision: Decision, k: int) -> Obj:
         "tpotSeconds": window.tpot_s,
         "throughputTokensPerSecond": window.throughput_per_pod,
         "crossoverConcurrency": crossover,
+        "draftedTokensPerDraft": window.drafted_tokens_per_draft,
     }
 
 
@@ -209,6 +242,15 @@ def _conditions(current: list[Obj], window: Window, now: float) -> list[Obj]:
     return [c for c in current if c.get("type") != "MetricsAvailable"] + [metrics]
 
 
+def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> None:
+    """A crossover's gauge, or no series when k never stops paying up to the limit."""
+    if batch is not None:
+        gauge.labels(*labels).set(batch)
+    else:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+
+
 def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) -> None:
     DECISIONS.labels(namespace, name, decision.action.value, decision.code.value).inc()
     for each in _MODES:
@@ -216,12 +258,14 @@ def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) ->
     SPECULATIVE_TOKENS.labels(namespace, name).set(decision.config.num_speculative_tokens)
     if decision.predicted_gain is not None:
         PREDICTED_GAIN.labels(namespace, name).set(decision.predicted_gain)
+    STEP_TIME_INTERVALS.labels(namespace, name).set(decision.state.cost_evidence.points)
     for crossover in decision.crossovers:
-        if crossover.batch is not None:
-            CROSSOVER_BATCH_SIZE.labels(namespace, name, str(crossover.k)).set(crossover.batch)
-        else:
-            with contextlib.suppress(KeyError):  # k never stops paying: no series
-                CROSSOVER_BATCH_SIZE.remove(namespace, name, str(crossover.k))
+        _set_or_drop(CROSSOVER_BATCH_SIZE, (namespace, name, str(crossover.k)), crossover.batch)
+    for crossover in decision.prior_crossovers:
+        _set_or_drop(PRIOR_CROSSOVER, (namespace, name, str(crossover.k)), crossover.batch)
+    for band in decision.crossover_bands:
+        for quantile, batch in (("0.1", band.low), ("0.9", band.high)):
+            _set_or_drop(CROSSOVER_BAND, (namespace, name, str(band.k), quantile), batch)
     if decision.action is Action.RECONFIGURE:
         RECONFIGURATIONS.labels(namespace, name).inc()
     elif decision.action is Action.ROLLBACK:
@@ -287,9 +331,9 @@ async def control_tick(
         default_context_tokens=options.default_context_tokens,
     )
     model = (
-        ServiceModel(
-            method=method,
-            cost=profile.cost_model(method),
+        service_model(
+            profile,
+            method,
             max_batch=spec.engine.max_num_seqs,
             per_batch_size=spec.speculation.per_batch_size_schedule,
             data_parallel=data_parallel_size(spec),

@@ -6,15 +6,18 @@ from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "CHILD_WRITES",
+    "CROSSOVER_BAND",
     "CROSSOVER_BATCH_SIZE",
     "DECISIONS",
     "MODE",
     "PREDICTED_GAIN",
+    "PRIOR_CROSSOVER",
     "RECONCILES",
     "RECONCILE_SECONDS",
     "RECONFIGURATIONS",
     "ROLLBACKS",
     "SPECULATIVE_TOKENS",
+    "STEP_TIME_INTERVALS",
     "forget_service",
     "start_service",
 ]
@@ -62,6 +65,23 @@ CROSSOVER_BATCH_SIZE = Gauge(
     "Smallest batch size at which k draft tokens stop paying (absent: never, up to the limit).",
     [*_SERVICE, "k"],
 )
+CROSSOVER_BAND = Gauge(
+    "specops_crossover_batch_size_band",
+    "The crossover under the measured step-time posterior: its 10th and 90th percentiles "
+    "(quantile label; absent: beyond the batch limit).",
+    [*_SERVICE, "k", "quantile"],
+)
+PRIOR_CROSSOVER = Gauge(
+    "specops_prior_crossover_batch_size",
+    "The crossover the performance profile alone predicts, beside the measured one "
+    "(absent: never, up to the limit).",
+    [*_SERVICE, "k"],
+)
+STEP_TIME_INTERVALS = Gauge(
+    "specops_step_time_measured_intervals",
+    "Measured intervals the step-time model has learned from; 0: it is the profile's prior.",
+    _SERVICE,
+)
 RECONFIGURATIONS = Counter(
     "specops_reconfigurations",
     "Speculative configs applied by the control loop (each restarts the pods).",
@@ -90,6 +110,9 @@ def forget_service(namespace: str, name: str) -> None:
         SPECULATIVE_TOKENS,
         PREDICTED_GAIN,
         CROSSOVER_BATCH_SIZE,
+        CROSSOVER_BAND,
+        PRIOR_CROSSOVER,
+        STEP_TIME_INTERVALS,
         RECONFIGURATIONS,
         ROLLBACKS,
     ):

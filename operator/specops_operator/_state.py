@@ -17,9 +17,16 @@ from specops.api import (
     RolloutStatus,
     SpeculationChoice,
     SpeculativeConfigStatus,
+    StepTimeEvidence,
 )
 from specops.control import ControllerState, Regime, Rollout
-from specops.policy import AcceptanceCurve, BatchDistribution, ScheduleRange, SpecConfig
+from specops.policy import (
+    AcceptanceCurve,
+    BatchDistribution,
+    CostEvidence,
+    ScheduleRange,
+    SpecConfig,
+)
 
 __all__ = [
     "config_in_force",
@@ -108,6 +115,32 @@ def _optional_unix(text: str | None) -> float | None:
     return unix_time(text) if text is not None else None
 
 
+def _evidence_status(evidence: CostEvidence) -> StepTimeEvidence | None:
+    if evidence.points == 0:
+        return None
+    return StepTimeEvidence(
+        gram=list(evidence.gram),
+        moment=list(evidence.moment),
+        intervals=evidence.points,
+        steps=evidence.steps,
+        until=timestamp(evidence.until),
+        drafting_ks=list(evidence.ks),
+    )
+
+
+def _evidence(saved: StepTimeEvidence | None) -> CostEvidence:
+    if saved is None:
+        return CostEvidence()
+    return CostEvidence(
+        gram=tuple(saved.gram),
+        moment=tuple(saved.moment),
+        points=saved.intervals,
+        steps=saved.steps,
+        until=unix_time(saved.until),
+        ks=tuple(saved.drafting_ks),
+    )
+
+
 def save_state(state: ControllerState) -> ControllerStatus:
     """status.controller for ``state``."""
     regime = state.regime
@@ -139,6 +172,8 @@ def save_state(state: ControllerState) -> ControllerStatus:
         else None,
         acceptance_per_position=_rates(state.acceptance),
         acceptance_drafts=state.acceptance_drafts,
+        step_time_evidence=_evidence_status(state.cost_evidence),
+        regime_lengths_seconds=list(state.regime_lengths),
     )
 
 
@@ -147,7 +182,7 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
 
     When the saved config is not the one in force (the spec was edited, the mode
     changed, or nothing was saved yet), the controller starts over from the config in
-    force and keeps only what it measured: acceptance, regime, rollout history.
+    force and keeps only what it measured: acceptance, regime, step times, rollout history.
     """
     if saved is None:
         return ControllerState.initial(in_force)
@@ -179,6 +214,8 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
         else None,
         acceptance=_curve(saved.acceptance_per_position),
         acceptance_drafts=saved.acceptance_drafts,
+        cost_evidence=_evidence(saved.step_time_evidence),
+        regime_lengths=tuple(saved.regime_lengths_seconds),
     )
     if state.config == in_force:
         return state
@@ -192,4 +229,6 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
         regime=state.regime,
         acceptance=state.acceptance,
         acceptance_drafts=state.acceptance_drafts,
+        cost_evidence=state.cost_evidence,
+        regime_lengths=state.regime_lengths,
     )

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 
 from specops.errors import MetricsError
 from specops.observation import (
-    Interval,
+    History,
     Observation,
     ObserverConfig,
-    Snapshot,
     SourceObservation,
-    interval_between,
     observe,
     snapshot_from_reading,
 )
@@ -74,9 +71,7 @@ class Sidecar:
         self._config = config
         self._clock = clock
         self._problems = OncePerCause(logger)
-        self._snapshots: deque[Snapshot] = deque()
-        self._intervals: deque[Interval] = deque()
-        self._keep_s = max(config.windows_s)
+        self._history = History(max(config.windows_s))
         self._ok = 0
         self._failed = 0
         self._last_read_s: float | None = None
@@ -108,7 +103,7 @@ class Sidecar:
             last_success=self._last_success,
             error=self._error,
         )
-        return observe(self._snapshots, now, self._config, source, self._intervals)
+        return observe(self._history.snapshots, now, self._config, source, self._history.intervals)
 
     async def poll(self) -> None:
         """Read once, keep what is new, recompute the observation."""
@@ -125,16 +120,6 @@ class Sidecar:
             self._last_success = self._clock()
             self._problems.succeeded()
             for reading in readings:
-                self._keep(snapshot_from_reading(reading))
+                self._history.add(snapshot_from_reading(reading))
         self._last_read_s = time.perf_counter() - started
         self._observation = self._observe(self._clock())
-
-    def _keep(self, snapshot: Snapshot) -> None:
-        if self._snapshots:
-            if snapshot.timestamp <= self._snapshots[-1].timestamp:
-                return
-            self._intervals.append(interval_between(self._snapshots[-1], snapshot))
-        self._snapshots.append(snapshot)
-        while snapshot.timestamp - self._snapshots[0].timestamp >= self._keep_s:
-            self._snapshots.popleft()
-            self._intervals.popleft()

@@ -33,6 +33,8 @@ from specops.api._models import (
     SpeculativeServiceSpec,
     SpeculativeServiceStatus,
     SpeculativeTokens,
+    StepTimeEvidence,
+    StepTimeModelStatus,
     Toleration,
 )
 from specops.api._parse import describe_errors, parse_service, parse_spec
@@ -72,6 +74,8 @@ __all__ = [
     "SpeculativeServiceSpec",
     "SpeculativeServiceStatus",
     "SpeculativeTokens",
+    "StepTimeEvidence",
+    "StepTimeModelStatus",
     "Toleration",
     "crd",
     "crd_yaml",

@@ -96,21 +96,9 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 def structural_schema(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> dict[str, Any]:
     """Translate one pydantic JSON-schema node (and its children) into structural OpenAPI v3."""
     node = _resolve(node, defs)
-    out: dict[str, Any] = {key: value for key, value in node.items() if key not in _DROPPED_KEYS}
-    if "exclusiveMinimum" in out:
-        out["minimum"], out["exclusiveMinimum"] = out["exclusiveMinimum"], True
-    if "exclusiveMaximum" in out:
-        out["maximum"], out["exclusiveMaximum"] = out["exclusiveMaximum"], True
-    if out.get("default") is None or out.get("default") in ([], {}):
-        out.pop("default", None)
+    out = _own_keywords(node)
     if "properties" in node:
-        for name, child in node["properties"].items():
-            if "description" not in _resolve(child, defs):
-                raise SpecopsError(f"field {path}.{name} has no description")
-        out["properties"] = {
-            name: structural_schema(child, defs, f"{path}.{name}")
-            for name, child in node["properties"].items()
-        }
+        out["properties"] = _properties(node["properties"], defs, path)
         if isinstance(out.get("default"), dict):
             # Spelled out rather than {}: the API server checks a default against the CEL
             # rules at CRD creation without filling the nested defaults first.
@@ -128,6 +116,31 @@ def structural_schema(node: dict[str, Any], defs: dict[str, Any], path: str = ""
     if node.get("x-kubernetes-preserve-unknown-fields"):
         out["type"] = "object"
     return _ordered(out)
+
+
+def _own_keywords(node: dict[str, Any]) -> dict[str, Any]:
+    """A resolved node's keywords that OpenAPI v3 keeps: exclusive bounds spelled as a bound
+    and a flag, no empty or null default."""
+    out: dict[str, Any] = {key: value for key, value in node.items() if key not in _DROPPED_KEYS}
+    if "exclusiveMinimum" in out:
+        out["minimum"], out["exclusiveMinimum"] = out["exclusiveMinimum"], True
+    if "exclusiveMaximum" in out:
+        out["maximum"], out["exclusiveMaximum"] = out["exclusiveMaximum"], True
+    if out.get("default") is None or out.get("default") in ([], {}):
+        out.pop("default", None)
+    return out
+
+
+def _properties(
+    properties: dict[str, Any], defs: dict[str, Any], path: str
+) -> dict[str, dict[str, Any]]:
+    """Each property translated; every one must carry a description (the CRD documents them)."""
+    for name, child in properties.items():
+        if "description" not in _resolve(child, defs):
+            raise SpecopsError(f"field {path}.{name} has no description")
+    return {
+        name: structural_schema(child, defs, f"{path}.{name}") for name, child in properties.items()
+    }
 
 
 def _ordered(node: dict[str, Any]) -> dict[str, Any]:

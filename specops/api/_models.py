@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from specops.api._rules import CrdModel, Rule
+from specops.control import ControlSettings
 from specops.profiles import profile_names
 from specops.vllm import (
     DYNAMIC_SCHEDULE_METHODS,
@@ -20,6 +21,9 @@ from specops.vllm import (
     VLLM_VERSION,
     SpeculationMethod,
 )
+
+# The control loop's defaults are the API's: one source for both.
+_LOOP = ControlSettings()
 
 __all__ = [
     "GROUP",
@@ -560,21 +564,23 @@ class PolicySpec(CrdModel):
     """Throughput: most tokens/s; Latency: lowest TPOT; Goodput: tokens/s within the TPOT target."""
     tpot_target_milliseconds: float | None = Field(default=None, gt=0, le=60000)
     """Time-per-output-token target in milliseconds (required for Goodput)."""
-    min_gain_percent: float = Field(default=5.0, ge=0, le=1000)
+    min_gain_percent: float = Field(default=_LOOP.min_gain * 100, ge=0, le=1000)
     """Smallest predicted gain, in percent, that justifies restarting pods."""
     evaluation_window_seconds: int = Field(default=300, ge=30, le=86400)
     """Length of the measurement window behind each decision."""
-    min_dwell_seconds: int = Field(default=900, ge=30, le=604800)
+    min_dwell_seconds: int = Field(default=int(_LOOP.min_dwell_s), ge=30, le=604800)
     """Least time between two reconfigurations."""
-    max_reconfigurations_per_hour: int = Field(default=4, ge=0, le=60)
+    max_reconfigurations_per_hour: int = Field(
+        default=_LOOP.max_reconfigurations_per_hour, ge=0, le=60
+    )
     """Cap on reconfigurations in any hour; 0 never reconfigures."""
     performance_profile: Annotated[str, StringConstraints(max_length=128)] | None = None
     """Step-cost profile the predictions start from; unset picks the one of spec.model."""
-    restart_cost_seconds: int = Field(default=300, ge=0, le=86400)
+    restart_cost_seconds: int = Field(default=int(_LOOP.restart_cost_s), ge=0, le=86400)
     """Estimated seconds of service a restart costs, until rollouts have been measured."""
-    rollout_timeout_seconds: int = Field(default=1800, ge=60, le=86400)
+    rollout_timeout_seconds: int = Field(default=int(_LOOP.rollout_timeout_s), ge=60, le=86400)
     """Time new pods get to become Ready before the previous config is restored."""
-    rollback_cooldown_seconds: int = Field(default=3600, ge=0, le=604800)
+    rollback_cooldown_seconds: int = Field(default=int(_LOOP.rollback_cooldown_s), ge=0, le=604800)
     """After a rollback, how long the restored config is kept before trying again."""
 
 
@@ -711,6 +717,8 @@ class Measurements(CrdModel):
     """Generated tokens per second per pod."""
     crossover_concurrency: float | None = Field(default=None, ge=0)
     """Estimated concurrency above which the current k stops paying off."""
+    drafted_tokens_per_draft: float | None = Field(default=None, ge=0)
+    """The k the engines actually ran: num_draft_tokens / num_drafts over the window."""
 
 
 class CrossoverStatus(CrdModel):
@@ -720,6 +728,23 @@ class CrossoverStatus(CrdModel):
     """Draft tokens per step."""
     batch_size: int | None = Field(default=None, ge=1, le=65536)
     """Crossover batch size; unset when k beats no speculation at every batch size."""
+    batch_size_low: int | None = Field(default=None, ge=1, le=65536)
+    """10th percentile of the crossover under the step-time posterior (unset: beyond the cap)."""
+    batch_size_high: int | None = Field(default=None, ge=1, le=65536)
+    """90th percentile of the crossover under the step-time posterior (unset: beyond the cap)."""
+
+
+class StepTimeModelStatus(CrdModel):
+    """What the step-time model the decision predicted with is built from."""
+
+    source: Literal["Prior", "Measured"]
+    """Prior: the performance profile only; Measured: the profile updated by measured steps."""
+    intervals: int = Field(default=0, ge=0)
+    """Measured intervals behind the posterior."""
+    steps: float = Field(default=0.0, ge=0)
+    """Engine steps in those intervals."""
+    drafting_ks: list[int] = Field(default=[], max_length=33)
+    """The draft lengths the measured steps ran (0: speculation off)."""
 
 
 class Decision(CrdModel):
@@ -734,7 +759,11 @@ class Decision(CrdModel):
     reason: Annotated[str, StringConstraints(max_length=4096)]
     """Why, in words."""
     predicted_gain_percent: float | None = None
-    """Predicted gain of the chosen config over the current one, in percent."""
+    """Predicted gain of the chosen config over the current one, in percent (posterior mean)."""
+    likely_gain_percent: float | None = None
+    """The gain the chosen config beats with the controller's confidence, in percent."""
+    step_time_model: StepTimeModelStatus | None = None
+    """Whether the step-time model is the profile's prior or measured, and from what."""
     gain_seconds: float | None = None
     """Predicted gain over the expected load regime, in seconds of full service."""
     restart_cost_seconds: float | None = Field(default=None, ge=0)
@@ -799,6 +828,23 @@ class RegimeStatus(CrdModel):
     """Disagreeing windows in a row."""
 
 
+class StepTimeEvidence(CrdModel):
+    """Sufficient statistics of the measured step times (the posterior is rebuilt from them)."""
+
+    gram: list[float] = Field(max_length=64)
+    """The weighted sum of feature outer products, row by row."""
+    moment: list[float] = Field(max_length=8)
+    """The weighted sum of features times step time."""
+    intervals: int = Field(ge=0)
+    """Measured intervals counted."""
+    steps: float = Field(ge=0)
+    """Engine steps in them."""
+    until: Timestamp
+    """End of the newest interval counted."""
+    drafting_ks: list[int] = Field(default=[], max_length=33)
+    """Draft lengths seen in the counted intervals (0: speculation off)."""
+
+
 class ControllerStatus(CrdModel):
     """What the control loop remembers between decisions, so a restarted operator resumes."""
 
@@ -822,6 +868,10 @@ class ControllerStatus(CrdModel):
     """Latest trusted per-position acceptance (kept while speculation is off)."""
     acceptance_drafts: float = Field(default=0.0, ge=0)
     """Drafts behind that acceptance."""
+    step_time_evidence: StepTimeEvidence | None = None
+    """The measured steps the step-time posterior has learned from."""
+    regime_lengths_seconds: list[float] = Field(default=[], max_length=16)
+    """How long the latest past load regimes lasted (the expected regime length)."""
 
 
 class SpeculativeServiceStatus(CrdModel):

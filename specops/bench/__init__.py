@@ -29,7 +29,7 @@ from specops.bench._spec import (
     TraceEntry,
     load_suite,
 )
-from specops.bench._suite import VLLM_DOCUMENTED_TABLE, policies_for, run_suite
+from specops.bench._suite import VLLM_DOCUMENTED_TABLE, compare_on_trace, policies_for, run_suite
 from specops.bench._turbospec import GoodputRule
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "TargetResult",
     "TraceEntry",
     "TraceResults",
+    "compare_on_trace",
     "evaluate_targets",
     "load_suite",
     "markdown",

@@ -52,7 +52,7 @@ def bench(full: bool, suite_path: Path | None, out: Path, quiet: bool) -> None:
         results = run_suite(suite, traces, progress)
     except BenchError as exc:
         raise click.ClickException(str(exc)) from exc
-    targets = evaluate_targets(results)
+    targets = evaluate_targets(results, suite.controller.window_s, suite.service.restart_downtime_s)
     out.mkdir(parents=True, exist_ok=True)
     report = markdown(results, targets, command)
     (out / "results.md").write_text(report, encoding="utf-8")

@@ -16,7 +16,7 @@ from specops.bench._report import TraceResults
 __all__ = ["plot_all"]
 
 # Policies whose k moves during a run; the static ones are flat lines not worth a plot.
-_MOVING = ("specops", "turbospec", "vllm-table", "specops-static")
+_MOVING = ("specops", "turbospec", "vllm-table")
 
 
 def _k_and_load(results: TraceResults, path: Path) -> None:

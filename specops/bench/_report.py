@@ -1,8 +1,10 @@
 """From runs to figures: the oracle, per-trace summaries, the targets, JSON and markdown.
 
-The oracle picks, for every segment of a trace, the fixed config that did best there
-(goodput, then throughput) in hindsight, and switches between them for free: its
-figures are those segments' figures stitched together.
+The oracle picks, for every segment of a trace, the run that did best there (goodput,
+then throughput) in hindsight among every policy but the controller: each static k,
+off, vLLM's documented table, the best table computed on the engine's truth, and the
+per-step rule; it switches between them for free, so its figures are those segments'
+figures stitched together.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "Summary",
     "TargetResult",
     "TraceResults",
+    "cross_table",
     "evaluate_targets",
     "markdown",
     "oracle",
@@ -82,7 +85,7 @@ class TraceResults:
 
 
 def oracle(trace: LoadTrace, runs: Mapping[str, RunResult], fixed: Sequence[str]) -> TraceResults:
-    """Best fixed config per segment, in hindsight, switching for free."""
+    """Best of the ``fixed`` runs per segment, in hindsight, switching for free."""
     if not fixed:
         raise ValueError("the oracle needs at least one fixed-config run")
     chosen: list[str] = []
@@ -199,7 +202,53 @@ def _flapping_target(results: TraceResults) -> TargetResult:
     )
 
 
-def evaluate_targets(all_results: Sequence[TraceResults]) -> list[TargetResult]:
+def _first(
+    timeline: Sequence[tuple[float, int, int]], start: float, end: float, off: bool
+) -> float | None:
+    """When, in [start, end), the engine first ran with speculation off (or on)."""
+    return next(
+        (t for t, running, k in timeline if start <= t < end and running > 0 and (k == 0) == off),
+        None,
+    )
+
+
+def _crossover_targets(
+    results: TraceResults, window_s: float, restart_s: float
+) -> list[TargetResult]:
+    """Off within three windows where the oracle is off, back on within three after."""
+    trace = results.trace
+    timeline = results.runs[CONTROLLED].timeline
+    starts = [0.0]
+    for segment in trace.segments:
+        starts.append(starts[-1] + segment.duration_s)
+    allowed = 3 * window_s + restart_s
+    out = []
+    for index, choice in enumerate(results.oracle_choices):
+        previous = results.oracle_choices[index - 1] if index else None
+        if choice == "off" and previous != "off":
+            want_off = True
+        elif choice != "off" and previous == "off":
+            want_off = False
+        else:
+            continue
+        start, end = starts[index], starts[index + 1]
+        found = _first(timeline, start, end, want_off)
+        when = "never" if found is None else f"after {found - start:.0f} s"
+        out.append(
+            TargetResult(
+                f"crossover: speculation {'off' if want_off else 'back on'} within three "
+                "windows (plus a restart)",
+                f"{trace.name}:{trace.segments[index].name(index)}",
+                found is not None and found - start <= allowed,
+                f"{'off' if want_off else 'on'} {when} (allowed {allowed:.0f} s)",
+            )
+        )
+    return out
+
+
+def evaluate_targets(
+    all_results: Sequence[TraceResults], window_s: float = 60.0, restart_s: float = 60.0
+) -> list[TargetResult]:
     out: list[TargetResult] = []
     for results in all_results:
         if CONTROLLED not in results.runs:
@@ -209,8 +258,43 @@ def evaluate_targets(all_results: Sequence[TraceResults]) -> list[TargetResult]:
             continue
         if results.trace.mixed:
             out.extend(_mixed_targets(results))
+        out.extend(_crossover_targets(results, window_s, restart_s))
         out.append(_flapping_target(results))
     return out
+
+
+def _ratio(results: TraceResults, policy: str | None) -> str:
+    """The controller's goodput over ``policy``'s, or a dash when there is none."""
+    if policy is None or policy not in results.policies:
+        return "—"
+    other = results.summary(policy).goodput
+    return f"{results.summary(CONTROLLED).goodput / other:.3f}" if other else "—"
+
+
+def cross_table(all_results: Sequence[TraceResults]) -> list[str]:
+    """Every (trace, truth): the controller against the oracle, the best static k, vLLM's
+    documented table and no speculation, on goodput."""
+    lines = [
+        "### The controller on every trace and truth (goodput ratios)",
+        "",
+        "| trace | truth | / oracle | / best static | / vllm-table | / off | restarts |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for results in all_results:
+        if CONTROLLED not in results.runs:
+            continue
+        mine = results.summary(CONTROLLED)
+        statics = [
+            p for p in results.fixed if p == "off" or (p.startswith("k") and p[1:].isdigit())
+        ]
+
+        best = max(statics, key=lambda p: results.summary(p).goodput, default=None)
+        name = results.trace.name.split("@")[0]
+        lines.append(
+            f"| {name} | {results.truth} | {_ratio(results, ORACLE)} | {_ratio(results, best)} "
+            f"| {_ratio(results, VLLM_TABLE)} | {_ratio(results, 'off')} | {mine.restarts} |"
+        )
+    return [*lines, ""]
 
 
 def _ms(seconds: float) -> str:
@@ -244,6 +328,7 @@ def markdown(
         lines += ["", f"Oracle per segment: {', '.join(results.oracle_choices)}", ""]
         if trace.sweep:
             lines += _sweep_table(results)
+    lines += cross_table(all_results)
     lines += ["### Targets", "", "| target | trace | result | detail |", "|---|---|---|---|"]
     for t in targets:
         lines.append(f"| {t.target} | {t.trace} | {'PASS' if t.passed else 'FAIL'} | {t.detail} |")

@@ -28,21 +28,27 @@ from specops.control import (
     Observation,
     ServiceModel,
     decide,
+    service_window,
 )
+from specops.control import service_model as build_service_model
 from specops.errors import EngineConfigError
+from specops.observation import (
+    History,
+    ObserverConfig,
+    SourceObservation,
+    observe,
+    parse_exposition,
+    snapshot_from_reading,
+)
 from specops.policy import (
-    AcceptanceCurve,
-    BatchDistribution,
     Objective,
     ObjectiveKind,
-    PolicyInput,
+    ScheduleRange,
     SpecConfig,
-    choose,
 )
 from specops.profiles import PerformanceProfile, get_profile
 from specops.sim import (
     EngineConfig,
-    EngineMetrics,
     EngineTruth,
     FinishedRequest,
     MixPhase,
@@ -52,6 +58,7 @@ from specops.sim import (
     load_truth,
     load_workload,
     parse_speculative_config,
+    render_metrics,
 )
 from specops.vllm import SpeculativeConfig
 
@@ -146,11 +153,12 @@ class RunResult:
 
 
 def service_model(service: ServiceSpec, profile: PerformanceProfile) -> ServiceModel:
-    return ServiceModel(
-        method=service.method,
-        cost=profile.cost_model(service.method, roofline=service.roofline),
+    """The operator's priors for the service (one builder for both)."""
+    return build_service_model(
+        profile,
+        service.method,
         max_batch=service.max_num_seqs,
-        prior_acceptance=AcceptanceCurve(service.prior_acceptance),
+        prior_acceptance=service.prior_acceptance,
     )
 
 
@@ -158,24 +166,13 @@ def objective(service: ServiceSpec) -> Objective:
     return Objective(ObjectiveKind.GOODPUT, tpot_target_s=service.tpot_target_ms / 1e3)
 
 
-def initial_config(service: ServiceSpec, model: ServiceModel, context_tokens: float) -> SpecConfig:
-    """Day zero: the policy's choice from the prior acceptance over any load up to the cap."""
-    assert model.prior_acceptance is not None
-    anywhere = BatchDistribution.from_weights(dict.fromkeys(range(1, model.max_batch + 1), 1.0))
-    return choose(
-        PolicyInput(
-            acceptance=model.prior_acceptance,
-            drafts_seen=0,
-            load=anywhere,
-            cost=model.cost,
-            context_tokens=context_tokens,
-            current=SpecConfig.off(),
-            method=model.method,
-            objective=objective(service),
-            k_max=service.k_max,
-            max_batch=model.max_batch,
-        )
-    ).config
+def initial_config(service: ServiceSpec, model: ServiceModel) -> SpecConfig:
+    """Day zero as the operator renders it: k = initial, as a one-range table where vLLM
+    takes one (so the controller can later retune the table without a new shape)."""
+    k = min(service.initial_k, service.k_max)
+    if model.table:
+        return SpecConfig(k, (ScheduleRange(1, model.max_batch, k),))
+    return SpecConfig.static(k)
 
 
 def controller_settings(service: ServiceSpec, spec: ControllerSpec) -> ControlSettings:
@@ -253,48 +250,49 @@ class _Clients:
         return max(until, nextafter(now, inf))
 
 
-def _context(before: EngineMetrics, after: EngineMetrics) -> float:
-    """Mean context of a running request: prompt plus half the output, from the histograms."""
-    prompt_after = after.histograms["vllm:request_prompt_tokens"]
-    output_after = after.histograms["vllm:request_generation_tokens"]
-    prompt_before = before.histograms["vllm:request_prompt_tokens"]
-    output_before = before.histograms["vllm:request_generation_tokens"]
-    count = prompt_after.count - prompt_before.count
-    if count > 0:
-        prompt = (prompt_after.total - prompt_before.total) / count
-        output = (output_after.total - output_before.total) / count
-    elif prompt_after.count > 0:
-        prompt = prompt_after.total / prompt_after.count
-        output = output_after.total / output_after.count
-    else:
-        return 0.0
-    return prompt + output / 2
+@dataclass
+class _Pod:
+    """The controlled engine as the sidecar and the operator see it: its /metrics page,
+    read every scrape, observed over the window, aggregated into the control input."""
 
+    engine: SimulatedEngine
+    service: ServiceSpec
+    window_s: float
+    kv_capacity: int
+    history: History
 
-def _observe(
-    before: EngineMetrics, after: EngineMetrics, samples: list[int], now: float, ready: bool
-) -> Observation:
-    drafts = (
-        after.counters["vllm:spec_decode_num_drafts"]
-        - before.counters["vllm:spec_decode_num_drafts"]
-    )
-    old = before.accepted_per_position
-    accepted = tuple(
-        float(n - (old[i] if i < len(old) else 0))
-        for i, n in enumerate(after.accepted_per_position)
-    )
-    try:
-        load: BatchDistribution | None = BatchDistribution.from_samples(samples)
-    except ValueError:
-        load = None
-    return Observation(
-        window_end=now,
-        load=load,
-        context_tokens=_context(before, after),
-        num_drafts=float(drafts),
-        accepted_per_position=accepted,
-        pods_ready=ready,
-    )
+    def scrape(self, now: float) -> None:
+        page = render_metrics(
+            self.engine.metrics(),
+            self.service.draft_model,
+            speculative=self.engine.speculative_config is not None,
+        )
+        self.history.add(snapshot_from_reading(parse_exposition(page.decode(), now)))
+
+    def window(self, now: float, configured_k: int, ready: bool) -> Observation:
+        config = ObserverConfig(
+            namespace="bench",
+            pod="engine",
+            service="bench",
+            windows_s=(self.window_s,),
+            prediction_window_s=self.window_s,
+            stale_after_s=2 * self.window_s,
+            max_k=self.service.k_max,
+            max_batch=self.service.max_num_seqs,
+            method=self.service.method,
+        )
+        source = SourceObservation(kind="direct", target="simulated", up=True, last_success=now)
+        pod = observe(self.history.snapshots, now, config, source, self.history.intervals)
+        return service_window(
+            [pod],
+            [],
+            window_s=self.window_s,
+            configured_k=configured_k,
+            now=now,
+            pods_ready=ready,
+            kv_capacity_tokens=self.kv_capacity,
+            default_context_tokens=PRIOR_CONTEXT,
+        ).observation
 
 
 def _segment(
@@ -357,7 +355,7 @@ def _run_trace(
         config = SpecConfig.static(service.k_max)
         rule = GoodputRule()
     else:
-        config = initial_config(service, model, context_tokens=PRIOR_CONTEXT)
+        config = initial_config(service, model)
         state = ControllerState.initial(config)
     engine = SimulatedEngine(
         Workload(_phased(workload, trace), seed=service.seed),
@@ -367,6 +365,13 @@ def _run_trace(
     )
     if rule is not None:
         engine.k_selector = rule.select
+    pod = _Pod(
+        engine,
+        service,
+        controller.window_s,
+        profile.kv_capacity(service.method),
+        History(2 * controller.window_s),
+    )
     clients = _Clients(trace, seed=service.seed + 1)
     boundaries = clients.boundaries
     end = boundaries[-1]
@@ -377,7 +382,6 @@ def _run_trace(
     finished: list[FinishedRequest] = []
     timeline: list[tuple[float, int, int]] = []
     decisions: list[DecisionRecord] = []
-    samples: list[int] = []
     restarts = 0
     last_k = 0
     index = 0
@@ -385,7 +389,6 @@ def _run_trace(
     tokens_at_open = 0
     next_scrape = 0.0
     next_window = controller.window_s
-    window_start = engine.metrics()
 
     while index < len(trace.segments):
         now = engine.now
@@ -410,13 +413,13 @@ def _run_trace(
             opened = False
             continue
         while now >= next_scrape:
-            samples.append(engine.num_running)
             timeline.append((next_scrape, engine.num_running, last_k))
+            if state is not None:
+                pod.scrape(now)
             next_scrape += controller.scrape_s
         if state is not None and now >= next_window:
-            after = engine.metrics()
-            observation = _observe(
-                window_start, after, samples, now, ready=now >= engine.available_at
+            observation = pod.window(
+                now, state.config.num_speculative_tokens, ready=now >= engine.available_at
             )
             decision = decide(state, observation, model, settings, now)
             state = decision.state
@@ -433,8 +436,6 @@ def _run_trace(
             if decision.action in (Action.RECONFIGURE, Action.ROLLBACK):
                 engine.restart(_vllm(service, decision.config), service.restart_downtime_s)
                 restarts += 1
-            window_start = after
-            samples = []
             next_window += controller.window_s
         target = clients.target(now)
         for _ in range(target - engine.num_running - engine.num_waiting):

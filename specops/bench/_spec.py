@@ -104,18 +104,20 @@ class ServiceSpec(_Spec):
     """The served model, its speculative method, and what a restart costs.
 
     ``truth`` is the engine's physics (a shipped truth's name or a truth file); ``profile``
-    and ``roofline`` are the controller's belief about it, which the truth need not match.
+    is the controller's prior belief about it, which the truth need not match.
+    ``initial_k`` is the k the controlled service starts with, as the operator starts a
+    SpeculativeService at ``numSpeculativeTokens.initial``.
     """
 
     truth: str = DEFAULT_TRUTH
     profile: str = "llama3.1-8b-h100"
-    roofline: bool = True
     method: str = "eagle3"
     draft_model: str = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     max_num_seqs: int = Field(default=256, ge=1)
     restart_downtime_s: float = Field(default=60.0, ge=0)
     tpot_target_ms: float = Field(default=40.0, gt=0)
     k_max: int = Field(default=7, ge=1, le=32)
+    initial_k: int = Field(default=3, ge=1, le=32)
     prior_acceptance: tuple[float, ...] = Field(min_length=1, max_length=32)
     seed: int = 0
 
@@ -143,11 +145,20 @@ class TraceEntry(_Spec):
 
 
 class BenchSuite(_Spec):
+    """Traces, policies and the service; ``truths``: every trace runs on each of these
+    engine truths (default: the service's one), the controller always starting from the
+    service's profile, whichever truth the engine runs."""
+
     name: str
     service: ServiceSpec
     controller: ControllerSpec = ControllerSpec()
     traces: tuple[TraceEntry, ...] = Field(min_length=1)
     policies: tuple[str, ...] | None = None
+    truths: tuple[str, ...] | None = Field(default=None, min_length=1)
+
+    @property
+    def truth_axis(self) -> tuple[str, ...]:
+        return self.truths or (self.service.truth,)
 
 
 def _read_yaml(path: Path, what: str) -> object:

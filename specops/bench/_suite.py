@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 from specops.bench._report import TraceResults, oracle
 from specops.bench._run import (
-    PRIOR_CONTEXT,
     ControlledPolicy,
     FixedPolicy,
     GoodputRulePolicy,
     Policy,
-    initial_config,
     run_policy,
-    service_model,
 )
 from specops.bench._spec import BenchError, BenchSuite, LoadTrace
+from specops.bench._truth_table import truth_table
+from specops.errors import EngineConfigError
 from specops.policy import SpecConfig
-from specops.profiles import get_profile
+from specops.sim import load_truth, load_workload
 
-__all__ = ["VLLM_DOCUMENTED_TABLE", "policies_for", "run_suite"]
+__all__ = ["VLLM_DOCUMENTED_TABLE", "compare_on_trace", "policies_for", "run_suite"]
 
 # vLLM's dynamic speculative decoding docs, Llama-3.1-8B + EAGLE-3.
 VLLM_DOCUMENTED_TABLE = SpecConfig.table(
@@ -30,12 +30,10 @@ VLLM_DOCUMENTED_TABLE = SpecConfig.table(
 def policies_for(suite: BenchSuite) -> list[Policy]:
     """Every policy of the comparison, or the suite's selection of them, by name."""
     service = suite.service
-    model = service_model(service, get_profile(service.profile))
     every: list[Policy] = [
         FixedPolicy("off", SpecConfig.off()),
         *(FixedPolicy(f"k{k}", SpecConfig.static(k)) for k in range(1, service.k_max + 1)),
         FixedPolicy("vllm-table", VLLM_DOCUMENTED_TABLE),
-        FixedPolicy("specops-static", initial_config(service, model, PRIOR_CONTEXT)),
         GoodputRulePolicy("turbospec"),
         ControlledPolicy("specops"),
     ]
@@ -48,18 +46,68 @@ def policies_for(suite: BenchSuite) -> list[Policy]:
     return [known[name] for name in suite.policies]
 
 
+def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
+    """The best table on the truth for each workload mix the trace runs (oracle baselines)."""
+    service = suite.service
+    try:
+        truth = load_truth(service.truth)
+        workload = load_workload(trace.workload)
+    except (EngineConfigError, KeyError) as exc:
+        raise BenchError(f"trace {trace.name}: {exc}") from exc
+    mixes: dict[str, dict[str, float] | None] = {}
+    current: dict[str, float] | None = None
+    for index, segment in enumerate(trace.segments):
+        current = segment.mix if segment.mix is not None else current
+        key = json.dumps(current, sort_keys=True)
+        if key not in {json.dumps(m, sort_keys=True) for m in mixes.values()}:
+            mixes[segment.name(index)] = current
+    many = len(mixes) > 1
+    return [
+        FixedPolicy(
+            f"truth-table-{label}" if many else "truth-table",
+            truth_table(
+                truth,
+                workload,
+                service.method,
+                k_max=service.k_max,
+                max_batch=service.max_num_seqs,
+                seed=service.seed,
+                mix=mix,
+            ),
+        )
+        for label, mix in mixes.items()
+    ]
+
+
+def compare_on_trace(
+    suite: BenchSuite, trace: LoadTrace, progress: Callable[[str], None] = lambda _: None
+) -> TraceResults:
+    """Every policy of the suite on one trace, and the oracle per segment: it picks among
+    the fixed configs, the truth's best tables and the per-step rule, whichever did best in
+    hindsight (never the controller)."""
+    runs = {}
+    candidates = [*policies_for(suite), *_truth_tables(trace, suite)]
+    for policy in candidates:
+        progress(f"{trace.name}: {policy.name}")
+        runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
+    pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
+    return oracle(trace, runs, pool)
+
+
 def run_suite(
     suite: BenchSuite,
     traces: Sequence[LoadTrace],
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[TraceResults]:
-    policies = policies_for(suite)
-    fixed = [p.name for p in policies if isinstance(p, FixedPolicy)]
+    """Every trace on every truth of the suite; with several truths a trace's results are
+    named ``trace@truth``."""
+    truths = suite.truth_axis
     out = []
-    for trace in traces:
-        runs = {}
-        for policy in policies:
-            progress(f"{trace.name}: {policy.name}")
-            runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-        out.append(oracle(trace, runs, fixed))
+    for truth in truths:
+        on_truth = suite.model_copy(
+            update={"service": suite.service.model_copy(update={"truth": truth})}
+        )
+        for trace in traces:
+            named = trace.model_copy(update={"name": f"{trace.name}@{truth}"})
+            out.append(compare_on_trace(on_truth, named if len(truths) > 1 else trace, progress))
     return out

@@ -1,4 +1,7 @@
-"""The ``specops`` command line: one group, each subcommand in a module of its own."""
+"""The ``specops`` command line: one group, each subcommand in a module of its own.
+
+``crd`` and ``render`` live here; the operator, the sidecar and each lab package keep their
+command in their own ``_cli`` module, so this package imports none of the lab."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "load": "specops.loadgen._cli:load",
     "render": "specops.cli._render:render",
     "operator": "specops_operator._cli:operator",
-    "cluster": "specops.cli._cluster:cluster",
+    "cluster": "specops.cluster._cli:cluster",
     "dashboards": "specops.dashboards._cli:dashboards",
     "alerts": "specops.alerts._cli:alerts",
     "sidecar": "specops_sidecar._cli:sidecar",

@@ -25,6 +25,7 @@ from specops.cluster._config import (
     SERVICE_CIDR,
 )
 from specops.cluster._layout import CacheLayout, RunFiles, Versions
+from specops.cluster._process import free_ports, spawn
 
 __all__ = [
     "ENGINE_READY_ANNOTATION",
@@ -44,7 +45,9 @@ __all__ = [
     "ensure_binaries",
     "find_etcd",
     "find_go",
+    "free_ports",
     "running_cluster",
     "service_account_kubeconfig",
+    "spawn",
     "user_kubeconfig",
 ]

@@ -5,6 +5,7 @@ from specops.control._decide import (
     Action,
     ControllerState,
     ControlSettings,
+    CrossoverBand,
     Decision,
     Mode,
     Observation,
@@ -12,13 +13,16 @@ from specops.control._decide import (
     Rollout,
     ServiceModel,
     decide,
+    expected_remaining,
 )
 from specops.control._regime import Regime, RegimeSettings, track_regime
+from specops.control._service import service_model
 
 __all__ = [
     "Action",
     "ControlSettings",
     "ControllerState",
+    "CrossoverBand",
     "Decision",
     "Mode",
     "Observation",
@@ -30,6 +34,8 @@ __all__ = [
     "ServiceWindow",
     "batch_distribution",
     "decide",
+    "expected_remaining",
+    "service_model",
     "service_window",
     "track_regime",
 ]

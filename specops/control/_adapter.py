@@ -20,7 +20,7 @@ from specops.observation import (
     WindowObservation,
 )
 from specops.observation import Observation as PodObservation
-from specops.policy import BatchDistribution
+from specops.policy import BatchDistribution, StepPoint
 
 __all__ = ["ServiceWindow", "batch_distribution", "service_window"]
 
@@ -45,6 +45,7 @@ class ServiceWindow:
     acceptance_per_position: tuple[float, ...] = ()
     tpot_s: float | None = None
     throughput_per_pod: float | None = None
+    drafted_tokens_per_draft: float | None = None
 
 
 def batch_distribution(running: DistributionObservation) -> BatchDistribution | None:
@@ -96,6 +97,48 @@ def _context_tokens(
             estimates.append((kv.mean * kv_capacity_tokens / running.mean, running.mean))
     found = _weighted(estimates)
     return found if found is not None else default
+
+
+def _step_points(
+    used: Sequence[tuple[PodObservation, WindowObservation]], context_tokens: float
+) -> list[StepPoint]:
+    """The pods' measured intervals as step-time points, oldest first.
+
+    A decoding request that drafts proposes its k tokens once per step, so the drafts
+    per step over the running requests is the share of steps that drafted, and the
+    proposed tokens per draft is the mean draft length. An interval whose spec-decode
+    counters contradict the pod's config (drafts on a pod running without speculation,
+    none on one running with it: a series missing or summed across a restart) would
+    teach the step-time model a k the steps did not run, so it is left out.
+    """
+    points: list[StepPoint] = []
+    for pod, window in used:
+        speculating_pod = bool(pod.configured_k)
+        for p in window.cost.points:
+            if p.batch <= 0 or (p.drafts > 0) != speculating_pod:
+                continue
+            speculating = min(p.drafts / p.batch, 1.0)
+            points.append(
+                StepPoint(
+                    batched_tokens=p.batched_tokens,
+                    context_tokens=p.batch * context_tokens,
+                    positions=p.drafted_tokens / p.drafts * speculating if p.drafts > 0 else 0.0,
+                    drafted=p.drafted_tokens,
+                    speculating=speculating,
+                    step_seconds=p.step_seconds,
+                    steps=p.steps,
+                    end=p.end,
+                )
+            )
+    return sorted(points, key=lambda p: p.end)
+
+
+def _drafted_per_draft(windows: Sequence[WindowObservation]) -> float | None:
+    """The k the engines ran, as vLLM counts it: draft tokens over drafts."""
+    points = [p for w in windows for p in w.cost.points]
+    drafts = sum(p.drafts * p.steps for p in points)
+    drafted = sum(p.drafted_tokens * p.steps for p in points)
+    return drafted / drafts if drafts > 0 else None
 
 
 def _unavailable(
@@ -179,13 +222,15 @@ def service_window(
     positions = min((len(a.per_position) for a in measured), default=0)
     drafts = sum(a.drafts for a in measured) if positions else 0.0
     accepted = tuple(sum(a.per_position[i] * a.drafts for a in measured) for i in range(positions))
+    context = _context_tokens(windows, kv_capacity_tokens, default_context_tokens)
     observation = Observation(
         window_end=min(p.latest_reading_at or p.observed_at for p, _ in used),
         load=load,
-        context_tokens=_context_tokens(windows, kv_capacity_tokens, default_context_tokens),
+        context_tokens=context,
         num_drafts=drafts,
         accepted_per_position=accepted,
         pods_ready=pods_ready,
+        cost_points=tuple(_step_points(used, context)),
     )
     running = [
         (w.load.running.mean, float(w.load.running.samples)) for w in windows if w.load.running
@@ -210,4 +255,5 @@ def service_window(
         acceptance_per_position=tuple(a / drafts for a in accepted) if drafts > 0 else (),
         tpot_s=_weighted(tpots),
         throughput_per_pod=sum(known_rates) / len(known_rates) if known_rates else None,
+        drafted_tokens_per_draft=_drafted_per_draft(windows),
     )

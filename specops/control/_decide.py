@@ -21,21 +21,31 @@ from specops.control._regime import Regime, RegimeSettings, track_regime
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
+    CostEvidence,
+    CostPosterior,
+    CostPrior,
     Crossover,
+    LearnedCost,
     Objective,
     PolicyChoice,
     PolicyInput,
     SpecConfig,
-    StepCostModel,
+    SpeedModel,
+    StepPoint,
     acceptance_from_counters,
     choose,
+    crossovers,
     draft_reach,
+    predict,
+    relative_gain,
 )
+from specops.vllm import table_applies
 
 __all__ = [
     "Action",
     "ControlSettings",
     "ControllerState",
+    "CrossoverBand",
     "Decision",
     "Mode",
     "Observation",
@@ -43,10 +53,12 @@ __all__ = [
     "Rollout",
     "ServiceModel",
     "decide",
+    "expected_remaining",
 ]
 
 _HOUR = 3600.0
 _DURATIONS_KEPT = 5
+_LENGTHS_KEPT = 16
 
 
 class Mode(StrEnum):
@@ -86,21 +98,37 @@ class ReasonCode(StrEnum):
     HOURLY_CAP = "HourlyCap"
     ADVISE_ONLY = "AdviseOnly"
     GAIN_PAYS_RESTART = "GainPaysRestart"
+    PROBE = "ProbeUnmeasuredK"
 
 
 @dataclass(frozen=True)
 class ServiceModel:
     """What is known about the service without measuring it.
 
-    ``per_batch_size`` False: the user wants one k, never vLLM's per-batch-size table.
+    ``cost`` is the step-time prior the measurements update; ``per_batch_size`` False:
+    the user wants one k, never vLLM's per-batch-size table.
     """
 
     method: str
-    cost: StepCostModel
+    cost: CostPrior
     data_parallel: int = 1
     max_batch: int = 256
     prior_acceptance: AcceptanceCurve | None = None
     per_batch_size: bool = True
+
+    @property
+    def table(self) -> bool:
+        """Whether a per-batch-size table may be chosen: vLLM honours one and it is wanted."""
+        return self.per_batch_size and table_applies(self.method, self.data_parallel)
+
+    @property
+    def one_k_reason(self) -> str:
+        if not self.per_batch_size:
+            return "the per-batch-size table is turned off"
+        return (
+            f"vLLM takes no per-batch-size table for method {self.method} with "
+            f"data-parallel {self.data_parallel}"
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +139,8 @@ class ControlSettings:
     the expected regime, in seconds of full service, must exceed ``margin`` times the
     restart's lost service (``restart_cost_s`` x ``capacity_loss``; observed rollout
     durations replace the estimate once there are some). The expected remaining length of
-    a regime is its age so far, clamped to ``regime_min_s``..``regime_max_s``.
+    a regime comes from the lengths of the service's past regimes
+    (:func:`expected_remaining`), clamped to ``regime_min_s``..``regime_max_s``.
     """
 
     mode: Mode = Mode.AUTO
@@ -120,24 +149,28 @@ class ControlSettings:
     k_max: int = 7
     min_gain: float = 0.05
     margin: float = 2.0
-    restart_cost_s: float = 120.0
+    restart_cost_s: float = 300.0
     capacity_loss: float = 1.0
     min_dwell_s: float = 900.0
     max_reconfigurations_per_hour: int = 4
     max_staleness_s: float = 120.0
     min_drafts: int = 2000
     min_load_samples: int = 10
-    rollout_timeout_s: float = 900.0
+    rollout_timeout_s: float = 1800.0
     rollback_cooldown_s: float = 3600.0
     regime_min_s: float = 600.0
     regime_max_s: float = 3600.0
     regime: RegimeSettings = field(default_factory=RegimeSettings)
     confidence_z: float = 1.0
     keep_draft_gain: float = 0.01
+    gain_confidence: float = 0.8
+    posterior_draws: int = 16
 
     def __post_init__(self) -> None:
         if self.margin < 0 or self.min_gain < 0:
             raise ValueError("margin and min_gain must be >= 0")
+        if not 0.5 <= self.gain_confidence < 1.0 or self.posterior_draws < 2:
+            raise ValueError("gain_confidence must be in [0.5, 1) and posterior_draws >= 2")
         if not 0.0 <= self.capacity_loss <= 1.0:
             raise ValueError(f"capacity_loss must be in [0, 1], got {self.capacity_loss}")
         if self.regime_min_s > self.regime_max_s:
@@ -152,6 +185,7 @@ class Observation:
     sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
     ``pods_ready`` says whether every pod runs the config in force and is Ready.
     ``problem`` says why there are no usable measurements at all (empty when there are).
+    ``cost_points`` are the window's measured steps, for the step-time posterior.
     """
 
     window_end: float
@@ -161,6 +195,7 @@ class Observation:
     accepted_per_position: tuple[float, ...]
     pods_ready: bool = True
     problem: str = ""
+    cost_points: tuple[StepPoint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,6 +219,8 @@ class ControllerState:
     regime: Regime | None = None
     acceptance: AcceptanceCurve | None = None
     acceptance_drafts: float = 0.0
+    cost_evidence: CostEvidence = field(default_factory=CostEvidence)
+    regime_lengths: tuple[float, ...] = ()
 
     @classmethod
     def initial(cls, config: SpecConfig) -> ControllerState:
@@ -191,13 +228,28 @@ class ControllerState:
 
 
 @dataclass(frozen=True)
+class CrossoverBand:
+    """The crossover of ``k`` under the step-time posterior: its 10th and 90th percentiles.
+
+    None is "beyond the largest batch" (k pays everywhere in that draw).
+    """
+
+    k: int
+    low: int | None
+    high: int | None
+
+
+@dataclass(frozen=True)
 class Decision:
     """One decision, taken or withheld, with the state to carry to the next one.
 
     ``config`` is what the pods should run after it; ``recommended`` what the policy
-    would choose; ``predicted_gain`` its relative gain over the config in force and
-    ``gain_s`` that gain over the expected regime, in seconds of full service, to set
-    against ``restart_cost_s``.
+    would choose; ``predicted_gain`` its relative gain over the config in force at the
+    posterior mean, ``likely_gain`` the gain it beats with ``gain_confidence`` under the
+    posterior (what the restart rule uses), and ``gain_s`` that gain over the expected
+    regime, in seconds of full service, to set against ``restart_cost_s``.
+    ``cost_measured`` says whether the step-time model has seen data or is the prior;
+    ``prior_crossovers`` are what the profile alone predicts, to set beside the measured.
     """
 
     at: float
@@ -213,6 +265,10 @@ class Decision:
     crossovers: tuple[Crossover, ...]
     new_regime: bool
     state: ControllerState
+    likely_gain: float | None = None
+    crossover_bands: tuple[CrossoverBand, ...] = ()
+    cost_measured: bool = False
+    prior_crossovers: tuple[Crossover, ...] = ()
 
 
 def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
@@ -267,13 +323,13 @@ def _measure_acceptance(
     state: ControllerState,
     observation: Observation,
     load: BatchDistribution,
-    service: ServiceModel,
+    cost: LearnedCost,
     settings: ControlSettings,
 ) -> AcceptanceCurve | None:
     """The window's acceptance, or None when it had too few drafts to trust."""
     if observation.num_drafts < settings.min_drafts or state.config.is_off:
         return None
-    reach = draft_reach(state.config, load, service.cost, observation.context_tokens)
+    reach = draft_reach(state.config, load, cost, observation.context_tokens)
     try:
         return acceptance_from_counters(
             observation.num_drafts, observation.accepted_per_position, reach
@@ -300,6 +356,7 @@ def _policy(
     acceptance: tuple[AcceptanceCurve, float],
     observation: Observation,
     service: ServiceModel,
+    cost: LearnedCost,
     settings: ControlSettings,
 ) -> PolicyChoice:
     curve, drafts = acceptance
@@ -308,19 +365,118 @@ def _policy(
             acceptance=curve,
             drafts_seen=int(drafts),
             load=regime.load,
-            cost=service.cost,
+            cost=cost,
             context_tokens=observation.context_tokens,
             current=state.config,
-            method=service.method,
             objective=settings.objective,
-            data_parallel=service.data_parallel,
             k_min=settings.k_min,
             k_max=settings.k_max,
             max_batch=service.max_batch,
             confidence_z=settings.confidence_z,
             min_gain=settings.keep_draft_gain,
-            per_batch_size=service.per_batch_size,
+            per_batch_size=service.table,
+            one_k_reason=service.one_k_reason,
         )
+    )
+
+
+def _percentile(values: list[int | None], q: float, beyond: int) -> int | None:
+    ordered = sorted(beyond if v is None else v for v in values)
+    found = ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+    return None if found >= beyond else found
+
+
+def _under_posterior(
+    choice: PolicyChoice,
+    current: SpecConfig,
+    load: BatchDistribution,
+    draws: tuple[LearnedCost, ...],
+    context_tokens: float,
+    settings: ControlSettings,
+    max_batch: int,
+) -> tuple[float, tuple[CrossoverBand, ...]]:
+    """The gain the choice beats with ``gain_confidence``, and each k's crossover band.
+
+    Each draw of step-time coefficients re-predicts the choice against the config in
+    force; the gain used is the draws' (1 - confidence) quantile, never above the mean's,
+    so a change acts only when it is likely to pay, not only on average.
+    """
+    ks = tuple(c.k for c in choice.crossovers)
+    gains: list[float] = []
+    batches: dict[int, list[int | None]] = {k: [] for k in ks}
+    for cost in draws:
+        model = SpeedModel(cost, choice.acceptance, context_tokens)
+        if choice.config != current:
+            gains.append(
+                relative_gain(
+                    predict(choice.config, load, model, settings.objective),
+                    predict(current, load, model, settings.objective),
+                )
+            )
+        for crossover in crossovers(model, ks, max_batch):
+            batches[crossover.k].append(crossover.batch)
+    likely = choice.gain_over_current
+    if gains:
+        gains.sort()
+        likely = min(likely, gains[int((1.0 - settings.gain_confidence) * (len(gains) - 1))])
+    bands = tuple(
+        CrossoverBand(
+            k,
+            _percentile(batches[k], 0.1, max_batch + 1),
+            _percentile(batches[k], 0.9, max_batch + 1),
+        )
+        for k in ks
+    )
+    return likely, bands
+
+
+def expected_remaining(lengths: tuple[float, ...], age: float, settings: ControlSettings) -> float:
+    """How much longer the current regime is expected to last, from the service's history.
+
+    Of the past regimes that outlived this one's age, the mean of what they had left;
+    with none (no history, or the longest regime yet) the age itself, as a regime that
+    has lasted a while tends to last as long again. Clamped to regime_min_s..regime_max_s.
+    """
+    longer = [length - age for length in lengths if length > age]
+    expected = sum(longer) / len(longer) if longer else age
+    return min(max(expected, settings.regime_min_s), settings.regime_max_s)
+
+
+def _worth_probing(
+    choice: PolicyChoice,
+    load: BatchDistribution,
+    state: ControllerState,
+    mean_gain: float,
+    likely: float,
+    horizon: float,
+    settings: ControlSettings,
+) -> bool:
+    """Whether to try the choice to measure it: a probe, charged as any restart.
+
+    Points at one k cannot tell how step time grows with k, so the posterior can leave a
+    change likely on average yet unlikely at the confidence asked. When the k the
+    choice would run at this load's busiest batch size was never measured, and the
+    mean gain pays the restart, the change itself is the experiment: its windows teach
+    the posterior that k, and if it proves worse the next decision takes it back.
+    """
+    restart = settings.margin * _restart_cost(state, settings)
+    pays_at_mean = mean_gain >= settings.min_gain and mean_gain * horizon > restart
+    pays_likely = likely >= settings.min_gain and likely * horizon > restart
+    if pays_likely or not pays_at_mean:
+        return False
+    busiest = max(load.weights, key=lambda w: w[1])[0]
+    k = choice.config.k_for_batch(busiest)
+    return k not in state.cost_evidence.ks
+
+
+def _cost_words(state: ControllerState) -> str:
+    evidence = state.cost_evidence
+    if evidence.points == 0:
+        return "step time: the profile's prior, nothing measured yet."
+    ks = ", ".join(str(k) for k in evidence.ks)
+    return (
+        f"step time: measured, {evidence.points} intervals of {evidence.steps:.0f} steps "
+        f"(at k = {ks}; 0 is speculation off)."
     )
 
 
@@ -356,6 +512,9 @@ def decide(
 ) -> Decision:
     """One tick of the slow loop; ``service`` is None when no step-cost model is known."""
     restart_cost = _restart_cost(state, settings)
+    likely: float | None = None
+    bands: tuple[CrossoverBand, ...] = ()
+    prior_crossovers: tuple[Crossover, ...] = ()
 
     def out(
         action: Action,
@@ -380,6 +539,10 @@ def decide(
             crossovers=choice.crossovers if choice else (),
             new_regime=new_regime,
             state=next_state,
+            likely_gain=likely if choice else None,
+            crossover_bands=bands if choice else (),
+            cost_measured=next_state.cost_evidence.points > 0,
+            prior_crossovers=prior_crossovers if choice else (),
         )
 
     if state.rollout is not None:
@@ -413,6 +576,11 @@ def decide(
             f"holding {state.config.describe()}: the latest measurements are {age:.0f}s old "
             f"(limit {settings.max_staleness_s:.0f}s)",
         )
+    state = replace(
+        state, cost_evidence=state.cost_evidence.add(observation.cost_points, service.cost)
+    )
+    posterior = CostPosterior.of(service.cost, state.cost_evidence)
+    cost = posterior.model()
     load = observation.load
     if load is None or load.samples < settings.min_load_samples:
         seen = load.samples if load else 0
@@ -424,7 +592,7 @@ def decide(
             f"fewer than the {settings.min_load_samples} a decision needs",
         )
 
-    window_curve = _measure_acceptance(state, observation, load, service, settings)
+    window_curve = _measure_acceptance(state, observation, load, cost, settings)
     regime, new_regime = track_regime(
         state.regime,
         load,
@@ -433,6 +601,9 @@ def decide(
         observation.window_end,
         settings.regime,
     )
+    if new_regime and state.regime is not None:
+        ended = regime.started_at - state.regime.started_at
+        state = replace(state, regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:])
     state = replace(state, regime=regime)
     if window_curve is not None:
         state = replace(state, acceptance=window_curve, acceptance_drafts=observation.num_drafts)
@@ -456,9 +627,28 @@ def decide(
             new_regime=new_regime,
         )
 
-    choice = _policy(state, regime, acceptance, observation, service, settings)
-    gain = choice.gain_over_current
-    horizon = min(max(regime.age(now), settings.regime_min_s), settings.regime_max_s)
+    choice = _policy(state, regime, acceptance, observation, service, cost, settings)
+    likely, bands = _under_posterior(
+        choice,
+        state.config,
+        regime.load,
+        posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points),
+        observation.context_tokens,
+        settings,
+        service.max_batch,
+    )
+    prior_model = SpeedModel(
+        CostPosterior.of(service.cost, CostEvidence()).model(),
+        choice.acceptance,
+        observation.context_tokens,
+    )
+    prior_crossovers = crossovers(
+        prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
+    )
+    mean_gain = choice.gain_over_current
+    horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
+    probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
+    gain = mean_gain if probe else likely
     gain_s = gain * horizon
     if settings.mode in (Mode.FIXED, Mode.OFF):
         return out(
@@ -475,21 +665,30 @@ def decide(
         verdict = (
             "is the best config"
             if choice.config == state.config
-            else f"stays: {choice.config.describe()} would gain only {gain:+.1%}, below "
+            else f"stays: {choice.config.describe()} would gain only {gain:+.1%} with "
+            f"{settings.gain_confidence:.0%} confidence ({mean_gain:+.1%} at the mean), below "
             f"the {settings.min_gain:.0%} minimum"
         )
         return out(
             Action.KEEP,
             ReasonCode.ALREADY_BEST if choice.config == state.config else ReasonCode.GAIN_TOO_SMALL,
             state,
-            f"{state.config.describe()} {verdict}. {choice.reason}",
+            f"{state.config.describe()} {verdict}. {choice.reason} {_cost_words(state)}",
             choice,
             gain_s,
             new_regime,
         )
+    likely_words = (
+        f"{mean_gain:+.1%} at the mean, only {likely:+.1%} with "
+        f"{settings.gain_confidence:.0%} confidence: a probe, since the step time at the "
+        f"k it runs at this load was never measured"
+        if probe
+        else f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean)"
+    )
     pays = (
-        f"{gain:+.1%} over an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of "
-        f"service against {restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x)"
+        f"{likely_words} over an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of "
+        f"service against {restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x); "
+        f"{_cost_words(state)}"
     )
     if gain_s <= settings.margin * restart_cost:
         return out(
@@ -534,7 +733,7 @@ def decide(
     )
     return out(
         Action.RECONFIGURE,
-        ReasonCode.GAIN_PAYS_RESTART,
+        ReasonCode.PROBE if probe else ReasonCode.GAIN_PAYS_RESTART,
         changed,
         f"reconfiguring {state.config.describe()} -> {choice.config.describe()}: {pays}. "
         f"{choice.reason}",

@@ -123,6 +123,16 @@ def overview() -> db.Dashboard:
         )
         .with_panel(
             stat_panel(
+                "Step-time intervals measured",
+                "Measured intervals the controller's step-time model has learned from; "
+                "0 means it still predicts from the performance profile alone.",
+                Query(_gauge(q.OPERATOR_STEP_TIME_INTERVALS), "intervals"),
+                width=3,
+                decimals=0,
+            )
+        )
+        .with_panel(
+            stat_panel(
                 "Metrics age",
                 "Age of the newest engine reading behind the estimates; decisions wait when stale.",
                 Query(_gauge(q.SIDECAR_METRICS_AGE), "age"),
@@ -140,6 +150,27 @@ def overview() -> db.Dashboard:
                 [
                     Query(f"{q.VLLM_RUNNING}{{{SELECTOR}}}", "running {{pod}}"),
                     Query(f"min by (k) ({q.SIDECAR_CROSSOVER}{{{SELECTOR}}})", "crossover k={{k}}"),
+                ],
+                unit="short",
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Crossover: measured against the prior",
+                "For the k in force, the batch size from which it stops paying as the "
+                "controller predicts it from measured step times (with its 10th-90th "
+                "percentile band), and as the performance profile alone predicts it.",
+                [
+                    Query(f"min by (k) ({q.OPERATOR_CROSSOVER}{{{SELECTOR}}})", "measured k={{k}}"),
+                    Query(
+                        f"min by (k, quantile) ({q.OPERATOR_CROSSOVER_BAND}{{{SELECTOR}}})",
+                        "measured k={{k}} q{{quantile}}",
+                    ),
+                    Query(
+                        f"min by (k) ({q.OPERATOR_PRIOR_CROSSOVER}{{{SELECTOR}}})",
+                        "prior k={{k}}",
+                    ),
                 ],
                 unit="short",
                 minimum=0,

@@ -16,14 +16,17 @@ from specops import render
 
 __all__ = [
     "OPERATOR_CROSSOVER",
+    "OPERATOR_CROSSOVER_BAND",
     "OPERATOR_DECISIONS",
     "OPERATOR_JOB",
     "OPERATOR_MODE",
     "OPERATOR_PREDICTED_GAIN",
+    "OPERATOR_PRIOR_CROSSOVER",
     "OPERATOR_RECONCILES",
     "OPERATOR_RECONFIGURATIONS",
     "OPERATOR_ROLLBACKS",
     "OPERATOR_SPECULATIVE_TOKENS",
+    "OPERATOR_STEP_TIME_INTERVALS",
     "PODS_JOB",
     "SIDECAR_ACCEPTANCE_LENGTH",
     "SIDECAR_CONFIGURED_K",
@@ -36,13 +39,11 @@ __all__ = [
     "VLLM_ACCEPTED",
     "VLLM_ACCEPTED_PER_POS",
     "VLLM_DRAFTS",
-    "VLLM_DRAFT_TOKENS",
     "VLLM_GENERATION_TOKENS",
     "VLLM_ITL",
     "VLLM_KV_CACHE_USAGE",
     "VLLM_RUNNING",
     "VLLM_TPOT",
-    "VLLM_TTFT",
     "VLLM_WAITING",
     "acceptance_length",
     "by_clause",
@@ -55,7 +56,6 @@ __all__ = [
 ]
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_RUNNING = "vllm:num_requests_running"
@@ -64,7 +64,6 @@ VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
-VLLM_TTFT = "vllm:time_to_first_token_seconds"
 
 # The sidecar's estimates (labels namespace, pod, service; windowed ones also ``window``).
 SIDECAR_ACCEPTANCE_LENGTH = "specops_acceptance_length"
@@ -85,6 +84,9 @@ OPERATOR_MODE = "specops_mode"
 OPERATOR_SPECULATIVE_TOKENS = "specops_speculative_tokens"
 OPERATOR_PREDICTED_GAIN = "specops_predicted_gain_ratio"
 OPERATOR_CROSSOVER = "specops_crossover_batch_size"
+OPERATOR_CROSSOVER_BAND = "specops_crossover_batch_size_band"
+OPERATOR_PRIOR_CROSSOVER = "specops_prior_crossover_batch_size"
+OPERATOR_STEP_TIME_INTERVALS = "specops_step_time_measured_intervals"
 OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"
 OPERATOR_ROLLBACKS = "specops_rollbacks_total"
 # Reconciliations of SpeculativeServices, by result (ok, error): the operator's own health.

@@ -34,11 +34,11 @@ from specops.demo._cluster import ClusterView, engine_figures
 from specops.demo._errors import DemoError
 from specops.demo._load import ConcurrencyDriver
 from specops.demo._plan import DemoOptions, Step, demo_service, plan_steps
-from specops.demo._report import RunRecord, markdown, plot
+from specops.demo._report import EventView, Measured, RunRecord, markdown, plot
 from specops.demo._snapshot import Snapshot, take_snapshot
 from specops.demo._table import render_table, summary_line
 from specops.demo._trace import concurrency_at, load_demo_trace, segment_at
-from specops.localstack import (
+from specops.launch import (
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,
@@ -174,16 +174,7 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
     console.print(f"specops demo: the whole loop on this machine; output in {out}/")
     with ExitStack() as stack:
         with steps("cluster"):
-            if options.use_current_context:
-                kubeconfig = _kubeconfig_of_current_context()
-            else:
-                _prune_abandoned(layout)
-                cluster = running_cluster(
-                    ClusterOptions(name=f"{_CLUSTER_PREFIX}{os.getpid()}"),
-                    layout=layout,
-                    progress=lambda m: console.print(m, style="dim", highlight=False),
-                )
-                kubeconfig = stack.enter_context(cluster).kubeconfig
+            kubeconfig = _cluster(options, layout, stack, console)
         with steps("chart"):
             release = stack.enter_context(
                 installed_chart(
@@ -196,53 +187,15 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
             stack.callback(operator.stop)
             operator.start()
         with steps("podrunner"):
-            runner = PodRunnerProcess(
-                kubeconfig,
-                out / "podrunner",
-                truth=options.truth,
-                workload=options.workload,
-                startup_delay_s=options.startup_delay_s,
-            )
-            stack.callback(runner.stop)
-            prometheus = runner.start()
+            runner, prometheus = _pod_runner(kubeconfig, options, stack)
         with steps("service"):
             service = demo_service(example, options, prometheus)
             (out / "service.yaml").write_text(yaml.safe_dump(service, sort_keys=False))
-            name = service["metadata"]["name"]
-            view = ClusterView(kubeconfig, options.namespace, name)
-            stack.callback(view.close)
-            stack.enter_context(view.applied(service, clean_up=options.use_current_context))
-            log = runner.process.log
-
-            def serving() -> bool:
-                state = runner.state()
-                pods = state.service_pods(options.namespace, name)
-                return (
-                    bool(pods)
-                    and all(p.ready for p in pods)
-                    and bool(state.service_url(options.namespace, name))
-                )
-
-            _wait(serving, f"the pods of {name} to run and answer", log)
+            view = _applied(service, kubeconfig, runner, options, stack)
         with steps("load"):
-            url = runner.state().service_url(options.namespace, name)
-            assert url is not None
-            model = str(service["spec"].get("servedModelName") or service["spec"]["model"])
-            started = time.time()
-            snapshots, driver = asyncio.run(
-                _drive(view, runner, trace, url, model, options, console)
+            snapshots, events, measured = _load(
+                view, runner, prometheus, trace, service, options, console
             )
-            events = view.events()
-            measured = engine_figures(
-                prometheus,
-                options.namespace,
-                started,
-                time.time(),
-                driver.completed,
-                driver.failed,
-            )
-            if driver.last_error:
-                console.print(f"last failed request: {driver.last_error}", style="yellow")
     console.print("stopped the operator, the pod runner, Prometheus and the cluster")
     with steps("baselines"):
         baselines = replay_baselines(
@@ -261,12 +214,103 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
             measured=measured,
             baselines=baselines,
             timings=tuple(steps.timings),
-            service=f"{options.namespace}/{name}",
+            service=f"{options.namespace}/{view.name}",
         )
-        plots = plot(record, out)
-        report = out / "report.md"
-        report.write_text(markdown(record, plots))
-        (out / "snapshots.json").write_text(
-            json.dumps([asdict(s) for s in snapshots], indent=1) + "\n"
+        report = _write_report(record, out)
+    return report
+
+
+def _cluster(options: DemoOptions, layout: CacheLayout, stack: ExitStack, console: Console) -> Path:
+    """The kubeconfig of the cluster the demo runs on: the current context's, or that of a
+    local cluster of its own, stopped with ``stack``."""
+    if options.use_current_context:
+        return _kubeconfig_of_current_context()
+    _prune_abandoned(layout)
+    cluster = running_cluster(
+        ClusterOptions(name=f"{_CLUSTER_PREFIX}{os.getpid()}"),
+        layout=layout,
+        progress=lambda m: console.print(m, style="dim", highlight=False),
+    )
+    return stack.enter_context(cluster).kubeconfig
+
+
+def _pod_runner(
+    kubeconfig: Path, options: DemoOptions, stack: ExitStack
+) -> tuple[PodRunnerProcess, str]:
+    """The pod runner, stopped with ``stack``, and its Prometheus's URL."""
+    runner = PodRunnerProcess(
+        kubeconfig,
+        options.out_dir / "podrunner",
+        truth=options.truth,
+        workload=options.workload,
+        startup_delay_s=options.startup_delay_s,
+    )
+    stack.callback(runner.stop)
+    return runner, runner.start()
+
+
+def _applied(
+    service: dict[str, Any],
+    kubeconfig: Path,
+    runner: PodRunnerProcess,
+    options: DemoOptions,
+    stack: ExitStack,
+) -> ClusterView:
+    """Apply ``service`` (removed with ``stack`` on a cluster the demo does not own) and wait
+    until its pods run and answer."""
+    name = service["metadata"]["name"]
+    view = ClusterView(kubeconfig, options.namespace, name)
+    stack.callback(view.close)
+    stack.enter_context(view.applied(service, clean_up=options.use_current_context))
+
+    def serving() -> bool:
+        state = runner.state()
+        pods = state.service_pods(options.namespace, name)
+        return (
+            bool(pods)
+            and all(p.ready for p in pods)
+            and bool(state.service_url(options.namespace, name))
         )
+
+    _wait(serving, f"the pods of {name} to run and answer", runner.process.log)
+    return view
+
+
+def _load(
+    view: ClusterView,
+    runner: PodRunnerProcess,
+    prometheus: str,
+    trace: LoadTrace,
+    service: dict[str, Any],
+    options: DemoOptions,
+    console: Console,
+) -> tuple[list[Snapshot], tuple[EventView, ...], Measured]:
+    """Drive the day at the service; what the controller showed, its events, and the engines'
+    figures from Prometheus."""
+    url = runner.state().service_url(options.namespace, view.name)
+    assert url is not None
+    model = str(service["spec"].get("servedModelName") or service["spec"]["model"])
+    started = time.time()
+    snapshots, driver = asyncio.run(_drive(view, runner, trace, url, model, options, console))
+    events = view.events()
+    measured = engine_figures(
+        prometheus,
+        options.namespace,
+        started,
+        time.time(),
+        driver.completed,
+        driver.failed,
+    )
+    if driver.last_error:
+        console.print(f"last failed request: {driver.last_error}", style="yellow")
+    return snapshots, events, measured
+
+
+def _write_report(record: RunRecord, out: Path) -> Path:
+    plots = plot(record, out)
+    report = out / "report.md"
+    report.write_text(markdown(record, plots))
+    (out / "snapshots.json").write_text(
+        json.dumps([asdict(s) for s in record.snapshots], indent=1) + "\n"
+    )
     return report

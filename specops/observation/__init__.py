@@ -15,6 +15,7 @@ from specops.observation._cost import (
     fit_step_time,
     prior_from_model,
 )
+from specops.observation._history import History
 from specops.observation._load import RUNNING_BOUNDS, Distribution, distribution, quantile
 from specops.observation._model import (
     AcceptanceObservation,
@@ -69,6 +70,7 @@ __all__ = [
     "Gauge",
     "Hist",
     "Histogram",
+    "History",
     "Interval",
     "LatencyObservation",
     "LatencyQuantiles",

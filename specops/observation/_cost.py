@@ -38,11 +38,21 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class CostPoint:
-    """Mean batched tokens per step and mean seconds per step over ``steps`` steps."""
+    """Mean batched tokens per step and mean seconds per step over ``steps`` steps.
+
+    The rest says what else the steps did, for a model with more terms than N:
+    ``batch`` the mean running requests per engine, ``drafted`` the draft tokens proposed
+    per step, ``drafts`` the drafts (one per decoding request that drafted) per step,
+    ``end`` when the interval ended.
+    """
 
     batched_tokens: float
     step_seconds: float
     steps: float
+    batch: float = 0.0
+    drafted: float = 0.0
+    drafts: float = 0.0
+    end: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +91,17 @@ def cost_point(interval: Interval) -> CostPoint | None:
     iteration = interval.histograms.get(Hist.ITERATION_TOKENS)
     if running_start <= 0 or running_end <= 0 or iteration is None or iteration.count <= 0:
         return None
-    verified = interval.counters.get(Counter.DRAFT_TOKENS, 0.0) - interval.counters.get(
-        Counter.ACCEPTED_TOKENS, 0.0
-    )
+    drafted = interval.counters.get(Counter.DRAFT_TOKENS, 0.0)
+    verified = drafted - interval.counters.get(Counter.ACCEPTED_TOKENS, 0.0)
+    steps = iteration.count
     return CostPoint(
-        batched_tokens=(iteration.total + verified) / iteration.count,
-        step_seconds=interval.seconds * interval.engines / iteration.count,
-        steps=iteration.count,
+        batched_tokens=(iteration.total + verified) / steps,
+        step_seconds=interval.seconds * interval.engines / steps,
+        steps=steps,
+        batch=(running_start + running_end) / 2 / interval.engines,
+        drafted=drafted / steps,
+        drafts=interval.counters.get(Counter.DRAFTS, 0.0) / steps,
+        end=interval.end,
     )
 
 

@@ -99,6 +99,10 @@ class CostPointObservation(_Model):
     batched_tokens: float
     step_seconds: float
     steps: float
+    batch: float = 0.0
+    drafted_tokens: float = 0.0
+    drafts: float = 0.0
+    end: float = 0.0
 
 
 class StepTimeFitObservation(_Model):

@@ -58,6 +58,7 @@ from specops.policy import (
     choose,
     predict,
 )
+from specops.vllm import table_applies
 
 __all__ = [
     "ObserverConfig",
@@ -241,7 +242,13 @@ def _cost(
         step_seconds=busy_seconds / steps,
         points=[
             CostPointObservation(
-                batched_tokens=p.batched_tokens, step_seconds=p.step_seconds, steps=p.steps
+                batched_tokens=p.batched_tokens,
+                step_seconds=p.step_seconds,
+                steps=p.steps,
+                batch=p.batch,
+                drafted_tokens=p.drafted,
+                drafts=p.drafts,
+                end=p.end,
             )
             for p in points
         ],
@@ -381,9 +388,10 @@ def _prediction(
             cost=cost,
             context_tokens=config.context_tokens_per_request,
             current=SpecConfig.static(configured_k or 0),
-            method=config.method,
             k_max=config.max_k,
             max_batch=config.max_batch,
+            per_batch_size=table_applies(config.method),
+            one_k_reason=f"vLLM takes no per-batch-size table for method {config.method}",
         )
     )
     model = SpeedModel(cost, window.curve, config.context_tokens_per_request)

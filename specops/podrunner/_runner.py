@@ -50,7 +50,7 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
-from specops.cluster._process import free_ports
+from specops.cluster import free_ports
 from specops.podrunner._errors import PodRunnerError
 from specops.podrunner._plan import (
     EXIT_STOP,

@@ -17,17 +17,30 @@ from specops.policy._choice import (
     predict,
     relative_gain,
 )
-from specops.policy._config import SCHEDULE_METHODS, ScheduleRange, SpecConfig, schedule_applies
-from specops.policy._cost import DraftCost, StepCostModel, StepShape
+from specops.policy._config import ScheduleRange, SpecConfig
+from specops.policy._cost import DraftCost, StepCostModel, StepShape, StepTime
+from specops.policy._learn import (
+    TERMS,
+    CostEvidence,
+    CostPosterior,
+    CostPrior,
+    LearnedCost,
+    StepPoint,
+    cost_prior,
+)
 from specops.policy._load import BatchDistribution
 from specops.policy._measure import acceptance_from_counters, draft_reach
 
 __all__ = [
-    "SCHEDULE_METHODS",
+    "TERMS",
     "AcceptanceCurve",
     "BatchDistribution",
+    "CostEvidence",
+    "CostPosterior",
+    "CostPrior",
     "Crossover",
     "DraftCost",
+    "LearnedCost",
     "Objective",
     "ObjectiveKind",
     "PointEstimate",
@@ -38,15 +51,17 @@ __all__ = [
     "SpecConfig",
     "SpeedModel",
     "StepCostModel",
+    "StepPoint",
     "StepShape",
+    "StepTime",
     "acceptance_from_counters",
     "best_k_by_batch",
     "choose",
+    "cost_prior",
     "crossovers",
     "draft_reach",
     "expected_tokens_geometric",
     "merge_ranges",
     "predict",
     "relative_gain",
-    "schedule_applies",
 ]

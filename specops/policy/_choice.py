@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from specops.policy._acceptance import AcceptanceCurve
-from specops.policy._config import ScheduleRange, SpecConfig, schedule_applies
-from specops.policy._cost import StepCostModel, StepShape
+from specops.policy._config import ScheduleRange, SpecConfig
+from specops.policy._cost import StepShape, StepTime
 from specops.policy._load import BatchDistribution
 
 __all__ = [
@@ -80,7 +80,7 @@ class PointEstimate:
 class SpeedModel:
     """Step cost plus acceptance at a context length: everything needed to predict a step."""
 
-    cost: StepCostModel
+    cost: StepTime
     acceptance: AcceptanceCurve
     context_tokens: float
     _memo: dict[tuple[int, int], PointEstimate] = field(
@@ -210,25 +210,25 @@ def relative_gain(new: Prediction, old: Prediction) -> float:
 class PolicyInput:
     """Everything the policy looks at; ``drafts_seen`` = 0 marks ``acceptance`` as a prior.
 
-    ``per_batch_size`` False keeps to one k even where vLLM would take a table (the
-    user turned the table off).
+    ``per_batch_size``: a per-batch-size table may be chosen (vLLM honours one for the
+    method and parallelism, and the user did not turn it off); ``one_k_reason`` says
+    why not, in words, when it may not.
     """
 
     acceptance: AcceptanceCurve
     drafts_seen: int
     load: BatchDistribution
-    cost: StepCostModel
+    cost: StepTime
     context_tokens: float
     current: SpecConfig
-    method: str
     objective: Objective = Objective()
-    data_parallel: int = 1
     k_min: int = 1
     k_max: int = 7
     max_batch: int = 256
     confidence_z: float = 1.0
     min_gain: float = 0.01
     per_batch_size: bool = True
+    one_k_reason: str = "the per-batch-size table is turned off"
 
     def __post_init__(self) -> None:
         if not 1 <= self.k_min <= self.k_max:
@@ -247,6 +247,9 @@ class PolicyInput:
 
 @dataclass(frozen=True)
 class PolicyChoice:
+    """The chosen config with its prediction; ``acceptance`` is the curve it predicted with
+    (the measured one's lower bound), so a caller can re-predict under other step costs."""
+
     config: SpecConfig
     predicted: Prediction
     current: Prediction
@@ -255,6 +258,7 @@ class PolicyChoice:
     crossovers: tuple[Crossover, ...]
     schedule: bool
     reason: str
+    acceptance: AcceptanceCurve
 
     @property
     def gain_over_current(self) -> float:
@@ -289,7 +293,7 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
     cross = crossovers(model, ks, inputs.max_batch)
     off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)
     current = predict(inputs.current, inputs.load, model, inputs.objective)
-    schedule = inputs.per_batch_size and schedule_applies(inputs.method, inputs.data_parallel)
+    schedule = inputs.per_batch_size
 
     if schedule:
         ranges = merge_ranges(best_k_by_batch(model, (0, *ks), inputs.max_batch))
@@ -340,14 +344,8 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
             if runner_up is not None
             else ""
         )
-        why_one = (
-            f"method {inputs.method} with data-parallel {inputs.data_parallel} takes no "
-            f"per-batch-size table"
-            if inputs.per_batch_size
-            else "the per-batch-size table is turned off"
-        )
         reason = (
-            f"one k, {best.config.describe()} ({why_one}): at the observed load "
+            f"one k, {best.config.describe()} ({inputs.one_k_reason}): at the observed load "
             f"({load_words}) it predicts {gain:+.1%} {goal} over no speculation{runner_words}; "
             f"crossovers {cross_words}."
         )
@@ -360,4 +358,5 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         crossovers=cross,
         schedule=schedule,
         reason=reason,
+        acceptance=curve,
     )

@@ -3,8 +3,8 @@
 vLLM (V1) looks k up per step by the number of scheduled requests in
 ``num_speculative_tokens_per_batch_size``: inclusive ranges ``[start, end, k]`` whose
 first range starts at 1; a gap or the tail past the last range carries the previous
-range's k forward, and every entry is capped by ``num_speculative_tokens``. The table
-is honoured only for EAGLE, EAGLE-3 and DFlash, and dropped when data-parallel > 1.
+range's k forward, and every entry is capped by ``num_speculative_tokens``. Which
+methods honour the table is vLLM's to say (``specops.vllm.table_applies``).
 """
 
 from __future__ import annotations
@@ -13,18 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "SCHEDULE_METHODS",
     "ScheduleRange",
     "SpecConfig",
-    "schedule_applies",
 ]
-
-SCHEDULE_METHODS = frozenset({"eagle", "eagle3", "dflash"})
-
-
-def schedule_applies(method: str, data_parallel: int = 1) -> bool:
-    """Whether vLLM honours a per-batch-size table for this method and parallelism."""
-    return method in SCHEDULE_METHODS and data_parallel == 1
 
 
 @dataclass(frozen=True)

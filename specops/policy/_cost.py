@@ -9,11 +9,13 @@ the roofline knee the additive fit does not have.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "DraftCost",
     "StepCostModel",
     "StepShape",
+    "StepTime",
 ]
 
 
@@ -37,6 +39,12 @@ class StepShape:
     @property
     def batched_tokens(self) -> int:
         return self.batch * (self.k + 1) + self.prefill_tokens
+
+
+class StepTime(Protocol):
+    """Anything that prices a step: the profile's model or one learned from measurements."""
+
+    def step_time(self, shape: StepShape) -> float: ...
 
 
 @dataclass(frozen=True)

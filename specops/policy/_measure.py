@@ -14,14 +14,14 @@ from collections.abc import Sequence
 
 from specops.policy._acceptance import AcceptanceCurve
 from specops.policy._config import SpecConfig
-from specops.policy._cost import StepCostModel, StepShape
+from specops.policy._cost import StepShape, StepTime
 from specops.policy._load import BatchDistribution
 
 __all__ = ["acceptance_from_counters", "draft_reach"]
 
 
 def draft_reach(
-    config: SpecConfig, load: BatchDistribution, cost: StepCostModel, context_tokens: float
+    config: SpecConfig, load: BatchDistribution, cost: StepTime, context_tokens: float
 ) -> tuple[float, ...]:
     """Share of drafts that proposed a token at position i, for i < the config's cap."""
     reached = [0.0] * config.num_speculative_tokens

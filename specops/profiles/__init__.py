@@ -3,6 +3,7 @@
 from specops.profiles._catalog import PROFILES, find_profile, get_profile, profile_names
 from specops.profiles._profile import (
     LOOKUP_METHODS,
+    PRIOR_ACCEPTANCE,
     DraftFamily,
     PerformanceProfile,
     draft_family,
@@ -10,6 +11,7 @@ from specops.profiles._profile import (
 
 __all__ = [
     "LOOKUP_METHODS",
+    "PRIOR_ACCEPTANCE",
     "PROFILES",
     "DraftFamily",
     "PerformanceProfile",

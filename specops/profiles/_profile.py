@@ -14,6 +14,7 @@ from specops.policy import StepCostModel
 
 __all__ = [
     "LOOKUP_METHODS",
+    "PRIOR_ACCEPTANCE",
     "DraftFamily",
     "PerformanceProfile",
     "draft_family",
@@ -28,6 +29,17 @@ class DraftFamily(StrEnum):
 
     NETWORK = "network"
     LOOKUP = "lookup"
+
+
+# Per-position acceptance a_1..a_7 before anything is measured, from the published
+# ShareGPT replay of Llama-3.1-8B (mean tokens per step by k, the calibration README):
+# a_i = E(i) - E(i - 1), the k = 6, 7 share split evenly. A prior only: measured drafts
+# replace it, and with none it lets a service that starts with speculation off judge
+# whether turning it on pays.
+PRIOR_ACCEPTANCE: dict[DraftFamily, tuple[float, ...]] = {
+    DraftFamily.NETWORK: (0.647, 0.390, 0.241, 0.158, 0.106, 0.065, 0.065),
+    DraftFamily.LOOKUP: (0.162, 0.078, 0.046, 0.030, 0.022, 0.015, 0.015),
+}
 
 
 def draft_family(method: str) -> DraftFamily:

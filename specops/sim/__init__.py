@@ -38,6 +38,7 @@ from specops.sim._engine import (
     k_lookup_table,
     parse_speculative_config,
 )
+from specops.sim._exposition import render_metrics
 from specops.sim._metrics import EngineMetrics, HistogramSnapshot
 from specops.sim._truth import (
     DEFAULT_TRUTH,
@@ -98,6 +99,7 @@ __all__ = [
     "load_truth",
     "load_workload",
     "parse_speculative_config",
+    "render_metrics",
     "replay",
     "run_closed_loop",
     "run_open_loop",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specops.vllm._metrics import RELEASE_METRICS, bucket_bounds
+from specops.vllm import RELEASE_METRICS, bucket_bounds
 
 __all__ = [
     "EngineMetrics",

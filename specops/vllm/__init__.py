@@ -33,6 +33,7 @@ from specops.vllm._speculative_config import (
     SpeculationMethod,
     SpeculativeConfig,
     VllmMethod,
+    table_applies,
 )
 
 __all__ = [
@@ -63,5 +64,6 @@ __all__ = [
     "release_metrics",
     "release_speculative_keys",
     "release_speculative_methods",
+    "table_applies",
     "wheel_source",
 ]

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
@@ -241,6 +242,30 @@ def release_label_values(wheel: Path) -> dict[str, tuple[str, ...]]:
     loop after its registration that creates the children (``str(FinishReason)`` is
     FINISH_REASON_STRINGS)."""
     tree = ast.parse(wheel_source(wheel, _LOGGERS))
+    evaluate = _iterable_evaluator(wheel, tree)
+    labelled = {
+        m.name
+        for m in release_metrics(wheel).values()
+        if m.always and m.labels[-1] not in ("model_name", "engine")
+    }
+    registered: dict[str, str] = {}
+    values: dict[str, tuple[str, ...]] = {}
+    for statement in _stat_logger_init(tree).body:
+        registered.update(_registrations(statement, labelled))
+        for body, iterable in _loops(statement):
+            for variable, metric in registered.items():
+                used = re.search(rf"(?<![\w.]){re.escape(variable)}\b", body)
+                if metric not in values and used:
+                    values[metric] = evaluate(iterable)
+    missing = labelled - set(values)
+    if missing:
+        raise ReleaseError(f"no loop creates the children of {sorted(missing)}")
+    return values
+
+
+def _iterable_evaluator(wheel: Path, tree: ast.Module) -> Callable[[ast.expr], tuple[str, ...]]:
+    """The strings a loop of the loggers' module iterates over: FinishReason's, an imported
+    class's constants or one of its attributes, or a literal the module spells out."""
     resolver = _Resolver(tree, {})
     imports = {
         alias.asname or alias.name: node.module
@@ -261,41 +286,38 @@ def release_label_values(wheel: Path) -> dict[str, tuple[str, ...]]:
         assert isinstance(value, tuple)
         return tuple(str(v) for v in value)
 
-    labelled = {
-        m.name
-        for m in release_metrics(wheel).values()
-        if m.always and m.labels[-1] not in ("model_name", "engine")
-    }
-    init = next(
+    return evaluate
+
+
+def _stat_logger_init(tree: ast.Module) -> ast.FunctionDef:
+    return next(
         item
         for node in ast.walk(tree)
         if isinstance(node, ast.ClassDef) and node.name == "PrometheusStatLogger"
         for item in node.body
         if isinstance(item, ast.FunctionDef) and item.name == "__init__"
     )
-    registered: dict[str, str] = {}
-    values: dict[str, tuple[str, ...]] = {}
-    for statement in init.body:
-        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
-            keywords = {k.arg: k.value for k in statement.value.keywords}
-            name = keywords.get("name")
-            if isinstance(name, ast.Constant) and name.value in labelled:
-                registered[ast.unparse(statement.targets[0])] = str(name.value)
-        for loop in ast.walk(statement):
-            if isinstance(loop, ast.For):
-                body, iterable = "\n".join(ast.unparse(b) for b in loop.body), loop.iter
-            elif isinstance(loop, ast.DictComp | ast.ListComp):
-                body, iterable = ast.unparse(loop), loop.generators[0].iter
-            else:
-                continue
-            for variable, metric in registered.items():
-                used = re.search(rf"(?<![\w.]){re.escape(variable)}\b", body)
-                if metric not in values and used:
-                    values[metric] = evaluate(iterable)
-    missing = labelled - set(values)
-    if missing:
-        raise ReleaseError(f"no loop creates the children of {sorted(missing)}")
-    return values
+
+
+def _registrations(statement: ast.stmt, labelled: set[str]) -> dict[str, str]:
+    """``self.x = Family(name="...")`` for one of ``labelled``: the variable and the family."""
+    if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)):
+        return {}
+    keywords = {k.arg: k.value for k in statement.value.keywords}
+    name = keywords.get("name")
+    if isinstance(name, ast.Constant) and name.value in labelled:
+        return {ast.unparse(statement.targets[0]): str(name.value)}
+    return {}
+
+
+def _loops(statement: ast.stmt) -> Iterator[tuple[str, ast.expr]]:
+    """Each loop or comprehension inside ``statement``: its body as source, and what it
+    iterates over."""
+    for loop in ast.walk(statement):
+        if isinstance(loop, ast.For):
+            yield "\n".join(ast.unparse(b) for b in loop.body), loop.iter
+        elif isinstance(loop, ast.DictComp | ast.ListComp):
+            yield ast.unparse(loop), loop.generators[0].iter
 
 
 def release_bucket_families(wheel: Path) -> dict[str, tuple[float, ...]]:

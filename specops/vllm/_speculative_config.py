@@ -27,6 +27,7 @@ __all__ = [
     "SpeculationMethod",
     "SpeculativeConfig",
     "VllmMethod",
+    "table_applies",
 ]
 
 VLLM_VERSION = "0.33.0"
@@ -102,6 +103,14 @@ DYNAMIC_SCHEDULE_METHODS: frozenset[str] = frozenset(
 )
 
 BatchSizeSchedule = tuple[tuple[int, int, int], ...]
+
+
+def table_applies(method: str, data_parallel: int = 1) -> bool:
+    """Whether vLLM honours a per-batch-size table for this method and parallelism.
+
+    Beyond data-parallel 1 vLLM drops the table and drafts num_speculative_tokens.
+    """
+    return method in DYNAMIC_SCHEDULE_METHODS and data_parallel == 1
 
 
 def _check_schedule(schedule: BatchSizeSchedule) -> BatchSizeSchedule:

@@ -15,6 +15,7 @@ from specops.vllm import (
     SPECULATION_METHODS,
     SpeculativeConfig,
     VllmMethod,
+    table_applies,
 )
 
 
@@ -82,3 +83,11 @@ def test_method_names_match_the_wheel(vllm_wheel: Path) -> None:
     assert set(get_args(VllmMethod)) == _wheel_literal(vllm_wheel, "SpeculativeMethod")
     assert _wheel_literal(vllm_wheel, "MTPModelTypes") - {"mtp"} == DEPRECATED_MTP_METHODS
     assert set(SPECULATION_METHODS) <= _wheel_literal(vllm_wheel, "SpeculativeMethod")
+
+
+def test_the_table_applies_to_the_methods_vllm_honours_it_for_at_data_parallel_1() -> None:
+    # vllm/config/vllm.py, _maybe_disable_dynamic_sd_for_v1, in the pinned wheel
+    for method in ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"):
+        assert table_applies(method)
+    assert not table_applies("suffix")
+    assert not table_applies("eagle3", data_parallel=2)

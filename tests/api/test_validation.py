@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import celpy
+import celpy.adapter
 import pytest
 
 from specops.api import crd, parse_service, parse_spec
@@ -365,7 +366,7 @@ def _cel_failures(schema: dict[str, Any], value: Any) -> list[str]:
     env = celpy.Environment()
     for rule in schema.get("x-kubernetes-validations", []):
         program = env.program(env.compile(rule["rule"]))
-        if not program.evaluate({"self": celpy.json_to_cel(value)}):
+        if not program.evaluate({"self": celpy.adapter.json_to_cel(value)}):
             failures.append(rule["message"])
     return failures
 

@@ -15,10 +15,11 @@ def test_bench_runs_a_short_suite_and_writes_results(tmp_path: Path) -> None:
     suite.write_text(
         f"base: {REPO_BENCH / 'full.yaml'}\n"
         "name: ci\n"
-        "policies: ['off', k3, vllm-table, specops-static, turbospec, specops]\n"
+        "truths: [llama3.1-8b-h100-eagle3]\n"
+        "policies: ['off', k3, vllm-table, turbospec, specops]\n"
         "traces:\n"
-        f"  - {{trace: {REPO_BENCH / 'traces/steady.yaml'}, levels: [1, 64], time_scale: 0.2}}\n"
-        f"  - {{trace: {REPO_BENCH / 'traces/bursts.yaml'}, time_scale: 0.1}}\n"
+        f"  - {{trace: {REPO_BENCH / 'traces/steady.yaml'}, levels: [1, 64], time_scale: 0.1}}\n"
+        f"  - {{trace: {REPO_BENCH / 'traces/bursts.yaml'}, time_scale: 0.03}}\n"
     )
     out = tmp_path / "out"
     result = CliRunner().invoke(
@@ -33,9 +34,9 @@ def test_bench_runs_a_short_suite_and_writes_results(tmp_path: Path) -> None:
         "off",
         "k3",
         "vllm-table",
-        "specops-static",
         "turbospec",
         "specops",
+        "truth-table",
         "oracle",
     }
     assert bursts["oracle"]["goodput_over_oracle"] == 1.0

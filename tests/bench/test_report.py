@@ -51,3 +51,33 @@ def test_mixed_targets_compare_with_oracle_static_and_regime_changes() -> None:
     assert not targets["mixed: >= 0.95 of the oracle's goodput"].passed  # 470 / 500 = 0.94
     assert targets["mixed: ahead of the best single static k"].passed  # 470 > 400
     assert not targets["no flapping: <= 1 reconfiguration per load-regime change"].passed
+
+
+def test_speculation_must_go_off_and_back_on_within_three_windows() -> None:
+    trace = LoadTrace(
+        name="t",
+        workload="sharegpt",
+        segments=(
+            Segment(duration_s=600, concurrency=4),
+            Segment(duration_s=600, concurrency=200),
+            Segment(duration_s=600, concurrency=4),
+        ),
+    )
+
+    def run(
+        policy: str, tokens: tuple[int, int, int], timeline: tuple[tuple[float, int, int], ...] = ()
+    ) -> RunResult:
+        segments = tuple(_stats(f"s{i}", t) for i, t in enumerate(tokens))
+        return RunResult(policy, "t", segments, 0, timeline, (), "llama3.1-8b-h100-eagle3")
+
+    # off at 600 + 200 s (in time), back on only at 1200 + 400 s (late: 3 x 60 + 60 = 240 s)
+    timeline = ((100.0, 4, 3), (800.0, 200, 0), (1300.0, 4, 0), (1600.0, 4, 3))
+    runs = {
+        "off": run("off", (100, 300, 100)),
+        "k3": run("k3", (200, 100, 200)),
+        "specops": run("specops", (200, 290, 150), timeline),
+    }
+    targets = evaluate_targets([oracle(trace, runs, ["off", "k3"])], window_s=60, restart_s=60)
+    found = {t.trace: t for t in targets if t.target.startswith("crossover")}
+    assert found["t:1:c200"].passed and "after 200 s" in found["t:1:c200"].detail
+    assert not found["t:2:c4"].passed and "after 400 s" in found["t:2:c4"].detail

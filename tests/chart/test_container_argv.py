@@ -53,7 +53,7 @@ def kubelet_argv(
     if command is None and args is None:
         return [*entrypoint, *cmd]
     if command is None:
-        return [*entrypoint, *args]
+        return [*entrypoint, *(args or [])]
     return [*command, *(args or [])]
 
 
@@ -61,7 +61,8 @@ def dry_parse(argv: Sequence[str]) -> click.Context:
     """Parse ``specops ...`` down to its leaf command, as running it would, without running."""
     assert argv[0] == "specops", argv
     command: click.Command = main
-    name, args = "specops", list(argv[1:])
+    name: str | None = "specops"
+    args = list(argv[1:])
     parent: click.Context | None = None
     while True:
         ctx = command.make_context(name, args, parent=parent)

@@ -307,13 +307,13 @@ def _addresses(argv: tuple[str, ...]) -> list[str]:
 def test_every_address_and_range_of_the_cluster_is_on_loopback_but_the_service_range(
     tmp_path: Path,
 ) -> None:
-    loopback = ipaddress.ip_network(LOOPBACK_CIDR)
+    loopback = ipaddress.IPv4Network(LOOPBACK_CIDR)
     ranges = [a for argv in _flat(tmp_path) for a in _addresses(argv)]
     nodes = ClusterOptions(gpu_nodes=64, cpu_nodes=2).node_manifests()
     ranges += [cidr for node in nodes for cidr in node["spec"]["podCIDRs"]]
     ranges.append(POD_CIDR_FALLBACK)
     # The ClusterIP range is the API server's to allocate from and is never dialled.
-    off = {r for r in ranges if not ipaddress.ip_network(r, strict=False).subnet_of(loopback)}
+    off = {r for r in ranges if not ipaddress.IPv4Network(r, strict=False).subnet_of(loopback)}
     assert off == {SERVICE_CIDR}
     assert "--cidr=" + POD_CIDR_FALLBACK in _flat(tmp_path)[4]
     assert "--node-ip=127.0.0.1" in _flat(tmp_path)[4]

@@ -8,6 +8,7 @@ from specops.observation import (
     RUNNING_BOUNDS,
     AcceptanceObservation,
     CostObservation,
+    CostPointObservation,
     DistributionObservation,
     EstimateStatus,
     LoadObservation,
@@ -40,6 +41,7 @@ def pod_observation(
     status: EstimateStatus = EstimateStatus.OK,
     window_s: float = 300.0,
     tokens_per_second: float = 1000.0,
+    cost_points: Sequence[CostPointObservation] = (),
 ) -> Observation:
     """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``."""
     ok = EstimateStatus.OK
@@ -68,7 +70,9 @@ def pod_observation(
         resets=0,
         acceptance=acceptance,
         load=load,
-        cost=CostObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
+        cost=CostObservation(status=ok, points=list(cost_points))
+        if cost_points
+        else CostObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
         outcome=OutcomeObservation(status=ok, output_tokens_per_second=tokens_per_second),
     )
     return Observation(

@@ -1,5 +1,8 @@
 """Pods' wire observations to one control input: sums, mixes, and honest exclusions."""
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 from specops.control import (
@@ -9,18 +12,22 @@ from specops.control import (
     Observation,
     ReasonCode,
     ServiceModel,
+    ServiceWindow,
     batch_distribution,
     decide,
     service_window,
 )
-from specops.observation import EstimateStatus
-from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from specops.observation import CostPointObservation, EstimateStatus
+from specops.observation import Observation as PodObservation
+from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
 NOW = 10_000.0
 
 
-def _window(pods, failures=(), k=3, **kwargs):
+def _window(
+    pods: Sequence[PodObservation], failures: Sequence[str] = (), k: int = 3, **kwargs: Any
+) -> ServiceWindow:
     return service_window(
         pods, failures, window_s=300.0, configured_k=k, now=NOW, pods_ready=True, **kwargs
     )
@@ -89,7 +96,9 @@ def test_a_pod_on_another_k_or_without_fresh_data_is_left_out_and_named() -> Non
         ),
     ],
 )
-def test_nothing_usable_is_said_and_withheld(pods, failures, reason) -> None:
+def test_nothing_usable_is_said_and_withheld(
+    pods: list[PodObservation], failures: list[str], reason: str
+) -> None:
     window = _window(pods, failures)
     assert not window.available
     assert window.reason == reason
@@ -98,7 +107,7 @@ def test_nothing_usable_is_said_and_withheld(pods, failures, reason) -> None:
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
         window.observation,
-        ServiceModel("eagle3", cost),
+        ServiceModel("eagle3", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3)),
         ControlSettings(),
         NOW,
     )
@@ -143,3 +152,18 @@ def test_without_a_cost_model_the_loop_only_follows_rollouts() -> None:
     state = ControllerState.initial(SpecConfig.static(3))
     decision = decide(state, observation, None, ControlSettings(), NOW)
     assert (decision.action, decision.code) == (Action.WITHHOLD, ReasonCode.NO_COST_MODEL)
+
+
+def test_step_points_whose_counters_contradict_the_config_are_left_out() -> None:
+    drafting = CostPointObservation(
+        batched_tokens=32, step_seconds=0.01, steps=100, batch=8, drafted_tokens=24, drafts=8, end=1
+    )
+    silent = CostPointObservation(
+        batched_tokens=8, step_seconds=0.01, steps=100, batch=8, drafted_tokens=0, drafts=0, end=2
+    )
+    pod = pod_observation("a", at=NOW, running=[8] * 30, cost_points=[drafting, silent])
+    points = _window([pod]).observation.cost_points
+    assert [p.end for p in points] == [1]  # k = 3 in force: a step that drafted nothing is broken
+    assert points[0].positions == pytest.approx(3.0) and points[0].speculating == 1.0
+    off = pod_observation("a", at=NOW, running=[8] * 30, k=0, cost_points=[drafting, silent])
+    assert [p.end for p in _window([off], k=0).observation.cost_points] == [2]

@@ -19,13 +19,29 @@ from specops.control import (
     ServiceModel,
     decide,
 )
-from specops.policy import AcceptanceCurve, BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from specops.policy import (
+    AcceptanceCurve,
+    BatchDistribution,
+    DraftCost,
+    SpecConfig,
+    StepCostModel,
+    cost_prior,
+)
 
 COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
-NGRAM = ServiceModel(method="ngram", cost=COST, max_batch=64)
-EAGLE = ServiceModel(method="eagle3", cost=COST, max_batch=64)
+ONE_K = ServiceModel(
+    method="suffix", cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+)
+EAGLE = ServiceModel(
+    method="eagle3", cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+)
 SETTINGS = ControlSettings(
-    k_max=3, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
+    k_max=3,
+    restart_cost_s=30.0,
+    min_dwell_s=300.0,
+    min_drafts=1000,
+    confidence_z=0.0,
+    rollout_timeout_s=900.0,
 )
 GAIN_K3_TO_K1 = (6 / 18) / (7.5 / 26) - 1
 
@@ -46,13 +62,16 @@ def _steady(end: float, batch: int = 4, k: int = 3) -> Observation:
 
 
 def test_reconfigures_when_the_gain_over_the_regime_beats_the_restart() -> None:
-    decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 0)
+    decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 0)
     assert decision.action is Action.RECONFIGURE
     assert decision.config == SpecConfig.static(1)
     assert decision.applied
     assert decision.predicted_gain == pytest.approx(GAIN_K3_TO_K1)
-    # a new regime is expected to last regime_min_s = 600 s
-    assert decision.gain_s == pytest.approx(GAIN_K3_TO_K1 * 600)
+    # the restart rule takes the gain likely under the posterior, a little below the mean
+    # with a near-certain step-time prior; a new regime is expected to last 600 s
+    assert decision.likely_gain is not None
+    assert 0.9 * GAIN_K3_TO_K1 < decision.likely_gain <= GAIN_K3_TO_K1
+    assert decision.gain_s == pytest.approx(decision.likely_gain * 600)
     assert decision.state.rollout is not None
     assert decision.state.last_good == SpecConfig.static(3)
     assert [c.k for c in decision.crossovers] == [1, 2, 3]
@@ -60,7 +79,7 @@ def test_reconfigures_when_the_gain_over_the_regime_beats_the_restart() -> None:
 
 def test_keeps_the_config_when_the_restart_costs_more_than_the_gain() -> None:
     costly = replace(SETTINGS, restart_cost_s=100.0)  # 94 s of gain < 2 x 100 s
-    decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, costly, 0)
+    decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, costly, 0)
     assert decision.action is Action.KEEP
     assert decision.config == SpecConfig.static(3)
     assert decision.recommended == SpecConfig.static(1)
@@ -72,7 +91,7 @@ def test_a_long_lived_regime_eventually_pays_for_the_restart() -> None:
     state = ControllerState.initial(SpecConfig.static(3))
     actions = []
     for t in range(0, 3001, 300):
-        decision = decide(state, _steady(t), NGRAM, costly, t)
+        decision = decide(state, _steady(t), ONE_K, costly, t)
         state = decision.state
         actions.append(decision.action)
     # 2 x 100 s of restart needs 200 / 0.156 = 1283 s of regime: first paid at t = 1500
@@ -82,7 +101,7 @@ def test_a_long_lived_regime_eventually_pays_for_the_restart() -> None:
 
 def test_stale_measurements_hold_the_last_good_config() -> None:
     decision = decide(
-        ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 500
+        ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 500
     )
     assert decision.action is Action.WITHHOLD
     assert decision.config == SpecConfig.static(3)
@@ -91,17 +110,17 @@ def test_stale_measurements_hold_the_last_good_config() -> None:
 
 def test_too_few_load_samples_withhold() -> None:
     thin = _window(0, [4, 4, 0, 0])
-    decision = decide(ControllerState.initial(SpecConfig.static(3)), thin, NGRAM, SETTINGS, 0)
+    decision = decide(ControllerState.initial(SpecConfig.static(3)), thin, ONE_K, SETTINGS, 0)
     assert decision.action is Action.WITHHOLD
     assert "2 busy load samples" in decision.reason
 
 
 def test_unknown_acceptance_withholds_unless_a_prior_is_given() -> None:
     off = ControllerState.initial(SpecConfig.off())
-    decision = decide(off, _steady(0, k=0), NGRAM, SETTINGS, 0)
+    decision = decide(off, _steady(0, k=0), ONE_K, SETTINGS, 0)
     assert decision.action is Action.WITHHOLD
     assert "acceptance is unknown" in decision.reason
-    with_prior = replace(NGRAM, prior_acceptance=AcceptanceCurve.geometric(0.5, 3))
+    with_prior = replace(ONE_K, prior_acceptance=AcceptanceCurve.geometric(0.5, 3))
     decision = decide(off, _steady(0, k=0), with_prior, SETTINGS, 0)
     assert decision.action is Action.RECONFIGURE
     assert decision.config == SpecConfig.static(1)
@@ -109,7 +128,7 @@ def test_unknown_acceptance_withholds_unless_a_prior_is_given() -> None:
 
 def test_minimum_dwell_and_hourly_cap_withhold() -> None:
     state = replace(ControllerState.initial(SpecConfig.static(3)), last_change_at=-100.0)
-    decision = decide(state, _steady(0), NGRAM, SETTINGS, 0)
+    decision = decide(state, _steady(0), ONE_K, SETTINGS, 0)
     assert decision.action is Action.WITHHOLD
     assert "minimum dwell" in decision.reason
     capped = replace(
@@ -117,7 +136,7 @@ def test_minimum_dwell_and_hourly_cap_withhold() -> None:
         changes=(-3000.0, -2500.0, -2000.0, -1500.0),
         last_change_at=-1500.0,
     )
-    decision = decide(capped, _steady(0), NGRAM, SETTINGS, 0)
+    decision = decide(capped, _steady(0), ONE_K, SETTINGS, 0)
     assert decision.action is Action.WITHHOLD
     assert "cap of 4" in decision.reason
 
@@ -125,7 +144,7 @@ def test_minimum_dwell_and_hourly_cap_withhold() -> None:
 @pytest.mark.parametrize("mode", [Mode.FIXED, Mode.OFF])
 def test_fixed_and_off_never_change(mode: Mode) -> None:
     state = ControllerState.initial(SpecConfig.static(3))
-    decision = decide(state, _steady(0), NGRAM, replace(SETTINGS, mode=mode), 0)
+    decision = decide(state, _steady(0), ONE_K, replace(SETTINGS, mode=mode), 0)
     assert decision.action is Action.KEEP
     assert decision.config == SpecConfig.static(3)
     assert decision.recommended == SpecConfig.static(1)
@@ -134,7 +153,7 @@ def test_fixed_and_off_never_change(mode: Mode) -> None:
 
 def test_advise_publishes_the_recommendation_only() -> None:
     state = ControllerState.initial(SpecConfig.static(3))
-    decision = decide(state, _steady(0), NGRAM, replace(SETTINGS, mode=Mode.ADVISE), 0)
+    decision = decide(state, _steady(0), ONE_K, replace(SETTINGS, mode=Mode.ADVISE), 0)
     assert decision.action is Action.WITHHOLD
     assert not decision.applied
     assert decision.recommended == SpecConfig.static(1)
@@ -143,29 +162,29 @@ def test_advise_publishes_the_recommendation_only() -> None:
 
 
 def test_rollout_completes_and_its_duration_becomes_the_restart_cost() -> None:
-    started = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 0)
-    waiting = decide(started.state, replace(_steady(60), pods_ready=False), NGRAM, SETTINGS, 60)
+    started = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 0)
+    waiting = decide(started.state, replace(_steady(60), pods_ready=False), ONE_K, SETTINGS, 60)
     assert waiting.action is Action.WITHHOLD
     assert "in progress" in waiting.reason
-    ready = decide(waiting.state, _steady(90, k=1), NGRAM, SETTINGS, 90)
+    ready = decide(waiting.state, _steady(90, k=1), ONE_K, SETTINGS, 90)
     assert ready.action is Action.KEEP
     assert ready.state.rollout is None
     assert ready.state.last_good == SpecConfig.static(1)
     assert ready.state.rollout_durations == (90.0,)
-    later = decide(ready.state, _steady(1000, k=1), NGRAM, SETTINGS, 1000)
+    later = decide(ready.state, _steady(1000, k=1), ONE_K, SETTINGS, 1000)
     assert later.restart_cost_s == pytest.approx(90.0)
     assert later.action is Action.KEEP
 
 
 def test_rollback_when_new_pods_are_not_ready_then_cooldown() -> None:
-    started = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), NGRAM, SETTINGS, 0)
+    started = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 0)
     not_ready = replace(_steady(1000), pods_ready=False)
-    back = decide(started.state, not_ready, NGRAM, SETTINGS, 1000)
+    back = decide(started.state, not_ready, ONE_K, SETTINGS, 1000)
     assert back.action is Action.ROLLBACK
     assert back.config == SpecConfig.static(3)
     assert back.applied
     # the k=1 recommendation still pays, but the cooldown holds the last good config
-    again = decide(back.state, _steady(1400), NGRAM, SETTINGS, 1400)
+    again = decide(back.state, _steady(1400), ONE_K, SETTINGS, 1400)
     assert again.action is Action.WITHHOLD
     assert "cooling down" in again.reason
     assert again.config == SpecConfig.static(3)
@@ -208,7 +227,7 @@ def test_one_reconfiguration_per_regime_change() -> None:
         now = 30.0 * tick
         mean = 4 if tick < 80 else 50 if tick < 160 else 4
         obs = _noisy(now, rng, mean, state.config.num_speculative_tokens)
-        decision = decide(state, obs, NGRAM, SETTINGS, now)
+        decision = decide(state, obs, ONE_K, SETTINGS, now)
         if decision.action is Action.RECONFIGURE:
             reconfigured_at.append(tick)
         if decision.new_regime:

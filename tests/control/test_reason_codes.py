@@ -19,10 +19,12 @@ from specops.control import (
     ServiceModel,
     decide,
 )
-from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel
+from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 
 COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
-NGRAM = ServiceModel(method="ngram", cost=COST, max_batch=64)
+ONE_K = ServiceModel(
+    method="suffix", cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+)
 SETTINGS = ControlSettings(
     k_max=3, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
 )
@@ -93,7 +95,7 @@ def test_each_outcome_has_its_code(
     action: Action,
     code: ReasonCode,
 ) -> None:
-    decision = decide(state, observation, NGRAM, settings, 0.0)
+    decision = decide(state, observation, ONE_K, settings, 0.0)
     assert (decision.action, decision.code) == (action, code), decision.reason
 
 
@@ -101,15 +103,19 @@ def test_a_rollout_is_followed_then_rolled_back_with_codes() -> None:
     rollout = Rollout(target=SpecConfig.static(1), previous=SpecConfig.static(3), started_at=0.0)
     state = replace(K3, config=SpecConfig.static(1), rollout=rollout)
     waiting = replace(_window(), pods_ready=False)
-    assert decide(state, waiting, NGRAM, SETTINGS, 60.0).code is ReasonCode.ROLLOUT_IN_PROGRESS
-    failed = decide(state, waiting, NGRAM, SETTINGS, SETTINGS.rollout_timeout_s + 1)
+    assert decide(state, waiting, ONE_K, SETTINGS, 60.0).code is ReasonCode.ROLLOUT_IN_PROGRESS
+    failed = decide(state, waiting, ONE_K, SETTINGS, SETTINGS.rollout_timeout_s + 1)
     assert (failed.action, failed.code) == (Action.ROLLBACK, ReasonCode.ROLLOUT_FAILED)
-    done = decide(state, _window(), NGRAM, SETTINGS, 60.0)
+    done = decide(state, _window(), ONE_K, SETTINGS, 60.0)
     assert (done.action, done.code) == (Action.KEEP, ReasonCode.ROLLOUT_DONE)
 
 
 def test_a_table_is_chosen_only_where_the_user_allows_one() -> None:
-    eagle = ServiceModel(method="eagle3", cost=COST, max_batch=64)
+    eagle = ServiceModel(
+        method="eagle3",
+        cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3),
+        max_batch=64,
+    )
     spread = Observation(
         window_end=0.0,
         load=BatchDistribution.from_samples([1] * 50 + [7] * 10),

@@ -30,11 +30,11 @@ from specops.control import (
     ControllerState,
     ControlSettings,
     Mode,
-    ServiceModel,
     decide,
+    service_model,
     service_window,
 )
-from specops.localstack import free_ports
+from specops.launch import free_ports
 from specops.policy import SpecConfig
 from specops.profiles import get_profile
 from specops.render import apply_defaults
@@ -91,7 +91,7 @@ async def drive_decisions(
     spec = apply_defaults(parse_service(yaml.safe_load(_EXAMPLE.read_text("utf-8"))).spec)
     running = SpecConfig.static(engine_k)
     profile = get_profile("llama3.1-8b-h100")
-    model = ServiceModel(method="eagle3", cost=profile.cost_model("eagle3"))
+    model = service_model(profile, "eagle3", max_batch=spec.engine.max_num_seqs)
     state = ControllerState.initial(running)
     taken: Counter[tuple[str, str]] = Counter()
     deadline = time.monotonic() + seconds

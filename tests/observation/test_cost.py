@@ -1,6 +1,7 @@
 """Step-time points from counters, and the Bayesian fit against a known linear truth."""
 
 import random
+from collections.abc import Sequence
 
 import pytest
 
@@ -29,7 +30,7 @@ PRIOR = StepTimePrior(
 )
 
 
-def points(ns: list[float], seed: int, steps: float = 500) -> list[CostPoint]:
+def points(ns: Sequence[float], seed: int, steps: float = 500) -> list[CostPoint]:
     rng = random.Random(seed)
     noise = PRIOR.noise_stddev_s / steps**0.5
     return [CostPoint(n, TRUE_A + TRUE_B * n + rng.gauss(0, noise), steps) for n in ns]

@@ -62,13 +62,15 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
     """
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        key = (request.resource, request.namespace, request.name)
         if (
             request.method == kmock.method.PATCH
             and request.headers.get("Content-Type") == APPLY_PATCH
-            and (key not in self.objects or self.objects[key].deleted)
+            and request.resource is not None
+            and request.name is not None
         ):
-            self.objects[key] = request.data
+            key = (request.resource, request.namespace, request.name)
+            if key not in self.objects or self.objects[key].deleted:
+                self.objects[key] = request.data
         return await super()._handle(request)
 
 

@@ -85,6 +85,7 @@ def test_a_missing_child_is_created_by_the_apply(desired: Obj) -> None:
 
 def test_an_unchanged_child_costs_one_get(desired: Obj) -> None:
     server = _Server(_stored(desired, "7"), _applied)
+    assert server.live is not None
     server.live["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "now"
     assert _run(server, desired) is None
     assert server.calls == ["get"]

@@ -3,6 +3,7 @@
 import copy
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,10 +29,13 @@ from specops.control import (
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
+    CostEvidence,
     DraftCost,
     ObjectiveKind,
     SpecConfig,
     StepCostModel,
+    StepPoint,
+    cost_prior,
 )
 from specops.render import RenderOptions, apply_defaults, performance_profile, plan
 
@@ -60,6 +64,14 @@ def _full_state() -> ControllerState:
         ),
         acceptance=AcceptanceCurve((0.8, 0.61, 0.44)),
         acceptance_drafts=30_000.0,
+        cost_evidence=CostEvidence().add(
+            [
+                StepPoint(128.0, 90_000.0, 3.0, 96.0, 1.0, 0.012, 150.0, 1_700_000_040.0),
+                StepPoint(40.0, 30_000.0, 0.0, 0.0, 0.0, 0.008, 240.0, 1_700_000_050.25),
+            ],
+            cost_prior(StepCostModel(0.006, 2e-5, 4e-8, 1e-3, DraftCost(2e-3, 8e-7))),
+        ),
+        regime_lengths=(1800.0, 640.5),
     )
 
 
@@ -102,8 +114,8 @@ def test_the_config_in_force_is_read_from_status() -> None:
     assert config_in_force(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
 
 
-def _service(**policy: object) -> dict:
-    body = yaml.safe_load(EXAMPLE.read_text())
+def _service(**policy: object) -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     body["spec"]["policy"].update(policy)
     return body
 
@@ -162,11 +174,14 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
         observation,
-        ServiceModel("ngram", cost, max_batch=64),
+        ServiceModel(
+            "suffix", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3), max_batch=64
+        ),
         settings,
         0.0,
     )
     assert decision.action is Action.RECONFIGURE
+    assert decision.predicted_gain is not None
     status = decision_status(spec, decision)
     assert status["action"] == "Reconfigure"
     assert status["reasonCode"] == "GainPaysRestart"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -16,24 +17,26 @@ from specops_operator._fetch import (
     ready_pods,
 )
 
-from specops.api import parse_service
+from specops.api import SpeculativeServiceSpec, parse_service
 from specops.render import apply_defaults
 from tests.control.observations import pod_observation
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 
 
-def _spec(**metrics: object):
-    body = yaml.safe_load(EXAMPLE.read_text())
+def _spec(**metrics: object) -> SpeculativeServiceSpec:
+    body: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     body["spec"]["metrics"] = metrics or {"source": "Direct"}
     return apply_defaults(parse_service(body).spec)
 
 
-def _pod(name: str, ip: str | None, ready: bool, deleting: bool = False) -> dict:
-    meta: dict = {"name": name}
+def _pod(name: str, ip: str | None, ready: bool, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    status: dict = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    status: dict[str, Any] = {
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]
+    }
     if ip:
         status["podIP"] = ip
     return {"metadata": meta, "status": status}
@@ -73,7 +76,7 @@ async def test_direct_reads_every_sidecar_and_names_the_ones_that_failed() -> No
     assert fetched.failures[2].startswith("d: cannot reach http://10.0.0.4:9090/v1/observation")
 
 
-def _matrix(at: float, running: float, drafts: float) -> dict:
+def _matrix(at: float, running: float, drafts: float) -> dict[str, Any]:
     labels = {"namespace": "ml", "service": "llama", "pod": "llama-0", "job": "j", "instance": "i"}
     return {
         "status": "success",

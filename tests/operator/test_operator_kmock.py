@@ -66,6 +66,16 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     async with kmock.post(SVC_PATH, json=body) as response:
         assert response.status in (200, 201)
 
+    config = await _children_created(kmock)
+    _status_reported(kmock, config)
+    await _children_applied(kmock)
+    settled = await _idempotent(kmock)
+    await _drift_reverted(kmock, settled)
+    await _spec_change_rendered(kmock, body)
+
+
+async def _children_created(kmock: Any) -> str:
+    """The children exist, owned by the service; returns the Deployment's speculative config."""
     await eventually(lambda: live(kmock, "apps/v1/deployments", "llama") is not None, "Deployment")
     await eventually(
         lambda: (
@@ -79,7 +89,7 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     deployment = live(kmock, "apps/v1/deployments", "llama")
     assert deployment is not None
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    config = args[args.index("--speculative-config") + 1]
+    config: str = args[args.index("--speculative-config") + 1]
     assert '"method":"eagle3"' in config
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]] == [
@@ -102,7 +112,10 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     assert live(kmock, "monitoring.coreos.com/v1/podmonitors", "llama") is None
     events = [obj.raw for (res, _, _), obj in kmock.objects.items() if res.plural == "events"]
     assert any(e.get("reason") == "Created" for e in events), events  # kmock keeps only the first
+    return config
 
+
+def _status_reported(kmock: Any, config: str) -> None:
     service = live(kmock, "specops.io/v1alpha1/speculativeservices", "llama")
     assert service is not None
     status = service["status"]
@@ -121,6 +134,8 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     assert status["selector"] == "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=llama"
     assert status["speculativeConfig"]["json"] == config
 
+
+async def _children_applied(kmock: Any) -> None:
     # Each child is created by one server-side apply as the specops field manager, forcing
     # conflicts, with a body that names it fully.
     await eventually(lambda: len(_writes(kmock)) == 3, "three creations")
@@ -137,6 +152,9 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         assert applied["kind"] in ("Deployment", "Service", "PodDisruptionBudget")
         assert "status" not in applied and "resourceVersion" not in applied["metadata"]
 
+
+async def _idempotent(kmock: Any) -> int:
+    """Returns how many child writes there were once the operator had settled."""
     # Idempotence: an annotation on the parent reconciles again and writes no child.
     settled = len(_writes(kmock))
     reconciles_before = _reconciles(kmock)
@@ -149,7 +167,10 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
     await eventually(lambda: _reconciles(kmock) > reconciles_before, "a second reconciliation")
     await asyncio.sleep(0.5)
     assert _writes(kmock)[settled:] == []
+    return settled
 
+
+async def _drift_reverted(kmock: Any, settled: int) -> None:
     # Drift: someone scales the Deployment by hand; the operator applies it back.
     reverted = {"kind": "Deployment", "action": "reverted"}
     reverts_before = REGISTRY.get_sample_value(CHILD_WRITES, reverted) or 0.0
@@ -174,6 +195,8 @@ async def test_operator_creates_children_reports_status_and_reverts_drift(operat
         (f"{DEPLOY_PATH}/llama", APPLY_PATCH),
     ]
 
+
+async def _spec_change_rendered(kmock: Any, body: dict[str, Any]) -> None:
     # A spec change re-renders the Deployment (a rolling update with maxUnavailable 0).
     changed = copy.deepcopy(body["spec"]["speculation"])
     changed["mode"] = "Off"

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from specops._cache import cache_root
-from specops.localstack import free_ports
+from specops.launch import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +85,7 @@ def test_the_operator_parses_and_the_sidecar_serves_from_the_core(core_venv: Pat
     specops = core_venv / "bin" / "specops"
     assert _run(specops, "operator", "--help").returncode == 0
     engine_port, port = free_ports(2)
-    argv = [specops, "sidecar", "--engine-url", f"http://127.0.0.1:{engine_port}"]
+    argv: list[str | Path] = [specops, "sidecar", "--engine-url", f"http://127.0.0.1:{engine_port}"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--pod", "p", "--service", "s"]
     sidecar = subprocess.Popen(
         argv,
@@ -93,6 +93,7 @@ def test_the_operator_parses_and_the_sidecar_serves_from_the_core(core_venv: Pat
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert sidecar.stderr is not None  # piped
     try:
         answered = None
         deadline = time.monotonic() + 60

@@ -120,6 +120,7 @@ async def test_pods_run_are_scraped_are_proxied_restart_and_stop(harness: Harnes
     (pod,) = state.pods
     written = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert pod.speculative_config == written[written.index("--speculative-config") + 1]
+    assert pod.speculative_config is not None
     cmdline = Path(f"/proc/{pod.pids['vllm']}/cmdline").read_bytes().split(b"\0")
     assert pod.speculative_config.encode() in cmdline
 

@@ -57,6 +57,7 @@ def test_the_pods_grace_period_and_prestop_sleeps_are_kept_for_stopping() -> Non
     launch = _launch(pod_of(deployment))
     assert launch.grace_s == pod_spec["terminationGracePeriodSeconds"]
     engine_hook = pod_spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert launch.sidecar is not None
     assert (launch.engine.pre_stop_s, launch.sidecar.pre_stop_s) == (engine_hook, 0.0)
 
 

@@ -28,15 +28,15 @@ HALF = AcceptanceCurve.geometric(0.5, 3)
 MODEL = SpeedModel(COST, HALF, context_tokens=0)
 
 
-def _inputs(load: dict[int, float], method: str = "ngram", **kw: object) -> PolicyInput:
+def _inputs(load: dict[int, float], table: bool = False, **kw: object) -> PolicyInput:
     fields: dict[str, object] = {
+        "per_batch_size": table,
         "acceptance": HALF,
         "drafts_seen": 0,
         "load": BatchDistribution.from_weights(load),
         "cost": COST,
         "context_tokens": 0,
         "current": SpecConfig.static(1),
-        "method": method,
         "k_max": 3,
         "max_batch": 64,
     }
@@ -74,14 +74,14 @@ def test_best_k_per_batch_and_merged_table() -> None:
 
 
 def test_schedule_methods_get_the_table_with_its_cap() -> None:
-    choice = choose(_inputs({4: 1.0}, method="eagle3"))
+    choice = choose(_inputs({4: 1.0}, table=True))
     assert choice.schedule
     assert choice.config == SpecConfig.table([[1, 2, 2], [3, 9, 1], [10, 64, 0]])
     assert choice.config.num_speculative_tokens == 2
     assert "per-batch-size table" in choice.reason
 
 
-def test_one_k_when_the_method_takes_no_table() -> None:
+def test_one_k_when_no_table_applies() -> None:
     # at B=4: k=1 gives 6/18, k=2 7/22, k=3 7.5/26 tokens per ms
     choice = choose(_inputs({4: 1.0}))
     assert choice.config == SpecConfig.static(1)
@@ -90,14 +90,14 @@ def test_one_k_when_the_method_takes_no_table() -> None:
     assert "one k" in choice.reason
 
 
-def test_data_parallel_drops_the_table() -> None:
-    choice = choose(_inputs({4: 1.0}, method="eagle3", data_parallel=2))
+def test_no_table_means_one_k() -> None:
+    choice = choose(_inputs({4: 1.0}, table=False))
     assert not choice.schedule
     assert choice.config == SpecConfig.static(1)
 
 
 def test_off_when_load_stays_above_every_crossover() -> None:
-    choice = choose(_inputs({50: 0.5, 60: 0.5}, method="eagle3"))
+    choice = choose(_inputs({50: 0.5, 60: 0.5}, table=True))
     assert choice.config.is_off
     assert "stays above every crossover" in choice.reason
     assert "frees the draft model's memory" in choice.reason
@@ -142,7 +142,7 @@ def test_thin_acceptance_measurements_are_shaded() -> None:
 
 
 def test_prediction_of_the_config_in_force() -> None:
-    choice = choose(_inputs({4: 1.0}, method="eagle3"))
+    choice = choose(_inputs({4: 1.0}, table=True))
     # the config in force is k=1 everywhere; at B=4 the table also says k=1
     assert choice.current.throughput == pytest.approx(choice.predicted.throughput)
     assert choice.gain_over_current == pytest.approx(0.0)

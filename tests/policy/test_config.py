@@ -1,6 +1,6 @@
 import pytest
 
-from specops.policy import BatchDistribution, ScheduleRange, SpecConfig, schedule_applies
+from specops.policy import BatchDistribution, ScheduleRange, SpecConfig
 
 
 def test_table_lookup_follows_vllm_gap_tail_and_cap() -> None:
@@ -50,13 +50,6 @@ def test_invalid_range_and_table_without_cap() -> None:
         ScheduleRange(5, 4, 1)
     with pytest.raises(ValueError, match="num_speculative_tokens > 0"):
         SpecConfig(0, (ScheduleRange(1, 8, 1),))
-
-
-def test_schedule_applies_only_to_eagle_family_without_data_parallel() -> None:
-    assert schedule_applies("eagle3")
-    assert schedule_applies("dflash")
-    assert not schedule_applies("ngram")
-    assert not schedule_applies("eagle", data_parallel=2)
 
 
 def test_batch_distribution_from_samples_drops_idle_time() -> None:

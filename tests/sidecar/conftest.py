@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from specops_sidecar import HttpClient
 
-from specops.localstack import free_ports
+from specops.launch import free_ports
 from tests.observation.fake_vllm import FakeVllm
 
 Handler = Callable[[str, Mapping[str, str]], tuple[int, str]]

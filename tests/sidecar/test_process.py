@@ -35,7 +35,7 @@ NOT_LOADED = (
     "specops.api",
     "specops.render",
     "specops.control",
-    "specops.localstack",
+    "specops.launch",
     "specops_operator",
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specops.localstack import (
+from specops.launch import (
     free_ports,
     spawn,
     specops_executable,
@@ -31,7 +31,7 @@ TOKENS = 400
 def _engine(tmp_path: Path, shutdown_timeout: int) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     (port,) = free_ports(1)
     url = f"http://127.0.0.1:{port}"
-    argv = (specops_executable(), "sim", "serve", MODEL, "--host", "127.0.0.1")
+    argv: tuple[str, ...] = (specops_executable(), "sim", "serve", MODEL, "--host", "127.0.0.1")
     argv += ("--port", str(port), "--shutdown-timeout", str(shutdown_timeout))
     process = spawn(argv, tmp_path / "engine.log", tie_to_parent=True)
     try:

@@ -1,11 +1,11 @@
-"""The parts of a local specops stack that the demo and the end-to-end tests share: the chart
+"""Launching specops on this machine, as the demo and the end-to-end tests do: the chart
 installed by the Helm library, the operator as a local process with the chart's RBAC
 identity, and the pod runner with its Prometheus; and the helpers that start, wait for and
 stop such local servers, for benchmarks and integration tests too."""
 
-from specops.localstack._chart import CHART_DIR, ChartRelease, installed_chart, operator_kubeconfig
-from specops.localstack._errors import LocalStackError
-from specops.localstack._process import (
+from specops.launch._chart import CHART_DIR, ChartRelease, installed_chart, operator_kubeconfig
+from specops.launch._errors import LaunchError
+from specops.launch._process import (
     LocalProcess,
     OperatorProcess,
     PodRunnerProcess,
@@ -20,8 +20,8 @@ from specops.localstack._process import (
 __all__ = [
     "CHART_DIR",
     "ChartRelease",
+    "LaunchError",
     "LocalProcess",
-    "LocalStackError",
     "OperatorProcess",
     "PodRunnerProcess",
     "answers",

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from specops.localstack import (
-    LocalStackError,
+from specops.launch import (
+    LaunchError,
     answers,
     free_ports,
     stop_process,
@@ -36,7 +36,7 @@ def test_waiting_ends_when_the_server_exits() -> None:
     (port,) = free_ports(1)
     process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     try:
-        with pytest.raises(LocalStackError, match="exited with status 3"):
+        with pytest.raises(LaunchError, match="exited with status 3"):
             wait_until_answers(f"http://127.0.0.1:{port}/", process, timeout_s=60.0)
     finally:
         stop_process(process)

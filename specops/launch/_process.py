@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from specops.cluster._process import free_ports, spawn
-from specops.localstack._errors import LocalStackError
+from specops.cluster import free_ports, spawn
+from specops.launch._errors import LaunchError
 from specops.podrunner import RunnerState, read_state
 
 __all__ = [
@@ -69,7 +69,7 @@ def _why_not_up(process: subprocess.Popen[bytes], timeout_s: float) -> str:
 def wait_until_answers(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     """Wait until ``url`` answers 200; fail at once if ``process``, which serves it, exits."""
     if not _came_up(lambda: answers(url), process, timeout_s):
-        raise LocalStackError(
+        raise LaunchError(
             f"{url} never answered: {process.args!r} {_why_not_up(process, timeout_s)}"
         )
 
@@ -126,9 +126,7 @@ class LocalProcess:
         if not _came_up(ready, proc, timeout_s):
             why = _why_not_up(proc, timeout_s)
             self.stop()
-            raise LocalStackError(
-                f"{self.name} {why}; its log {self.log} ends with:\n{self.tail()}"
-            )
+            raise LaunchError(f"{self.name} {why}; its log {self.log} ends with:\n{self.tail()}")
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM, SIGKILL after ``grace_s``; safe to call twice."""

@@ -14,7 +14,7 @@ import yaml
 
 from specops.cluster import service_account_kubeconfig
 from specops.errors import ClusterError
-from specops.localstack._errors import LocalStackError
+from specops.launch._errors import LaunchError
 
 __all__ = ["CHART_DIR", "ChartRelease", "installed_chart", "operator_kubeconfig"]
 
@@ -32,7 +32,7 @@ class ChartRelease:
     def _one(self, kind: str) -> dict[str, Any]:
         found = [o for o in self.objects if o["kind"] == kind]
         if len(found) != 1:
-            raise LocalStackError(f"release {self.name}: expected one {kind}, found {len(found)}")
+            raise LaunchError(f"release {self.name}: expected one {kind}, found {len(found)}")
         return found[0]
 
     @property
@@ -63,7 +63,7 @@ def _scale(kubeconfig: Path, namespace: str, deployment: str, replicas: int) -> 
             deployment, namespace, {"spec": {"replicas": replicas}}
         )
     except ApiException as exc:
-        raise LocalStackError(
+        raise LaunchError(
             f"could not scale {namespace}/{deployment} to {replicas}: {exc.status} {exc.reason}"
         ) from exc
     finally:
@@ -88,7 +88,7 @@ def installed_chart(
                 chart, release, dict(values or {}), create_namespace=True, timeout=120
             )
         except helm.HelmError as exc:
-            raise LocalStackError(
+            raise LaunchError(
                 f"helm install {release} {chart} into {namespace} failed: {exc}"
                 " (a release of that name may already exist: helm uninstall it first)"
             ) from exc
@@ -108,7 +108,7 @@ def operator_kubeconfig(admin_kubeconfig: Path, installed: ChartRelease, path: P
     try:
         text = service_account_kubeconfig(admin_kubeconfig, namespace, name)
     except ClusterError as exc:
-        raise LocalStackError(f"no token for the operator's ServiceAccount: {exc}") from exc
+        raise LaunchError(f"no token for the operator's ServiceAccount: {exc}") from exc
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o600)
     path.write_text(text)

@@ -1,0 +1,37 @@
+"""What the controller knows of a service before measuring it, built in one place.
+
+The operator and the benchmark both call :func:`service_model`, so the benchmark runs the
+decision path the operator ships: the profile's roofline as the step-time prior (learned
+from measurements from there on), the profile family's published acceptance as the
+acceptance prior, and vLLM's rule for whether a per-batch-size table applies.
+"""
+
+from __future__ import annotations
+
+from specops.control._decide import ServiceModel
+from specops.policy import AcceptanceCurve, cost_prior
+from specops.profiles import PRIOR_ACCEPTANCE, PerformanceProfile, draft_family
+
+__all__ = ["service_model"]
+
+
+def service_model(
+    profile: PerformanceProfile,
+    method: str,
+    *,
+    max_batch: int,
+    per_batch_size: bool = True,
+    data_parallel: int = 1,
+    prior_acceptance: tuple[float, ...] | None = None,
+) -> ServiceModel:
+    """The service's priors; ``prior_acceptance`` overrides the family's published curve."""
+    return ServiceModel(
+        method=method,
+        cost=cost_prior(profile.cost_model(method, roofline=True)),
+        max_batch=max_batch,
+        per_batch_size=per_batch_size,
+        data_parallel=data_parallel,
+        prior_acceptance=AcceptanceCurve(
+            prior_acceptance or PRIOR_ACCEPTANCE[draft_family(method)]
+        ),
+    )

@@ -1,0 +1,369 @@
+"""Step time learned from the engine's own counters, with the profile as the prior.
+
+A line T = a + b N fitted at the k in force cannot say how step time grows with k: every
+point lies on one slice of the cost surface. So the step time is a sum of structured
+terms, each a physical cost with its own coefficient::
+
+    T = fixed                                  launches, scheduler, the weights read
+      + per_token      * N                     batched tokens, N = B (k + 1) + prefill
+      + per_context    * C                     context tokens read by attention
+      + past_knee      * max(0, N - knee)      compute past the roofline knee
+      + past_2knee     * max(0, N - 2 knee)    the knee's curvature
+      + per_position   * k                     the draft's sequential passes
+      + per_drafted    * B k                   drafting and verifying each proposed token
+      + speculating    * [k > 0]               the draft's and the sampler's fixed cost
+
+The coefficients have a Gaussian prior derived from the profile (its roofline: the
+weights read, the FLOPs per token, the draft's cost) with wide standard deviations, and
+a conjugate Gaussian posterior from measured (features, step time) points. Points at one
+k still teach how cost grows with N, and N is what k multiplies, so the posterior moves
+the prediction at every k; the draft's own terms move where the data can tell them apart
+(off against on, a table's ranges, another k after a change) and stay at the prior where
+it cannot. Everything is pure Python: the product installs no numerical library.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specops.policy._cost import StepCostModel, StepShape
+
+__all__ = [
+    "TERMS",
+    "CostEvidence",
+    "CostPosterior",
+    "CostPrior",
+    "LearnedCost",
+    "StepPoint",
+    "cost_prior",
+]
+
+TERMS = (
+    "fixed",
+    "per_token",
+    "per_context",
+    "past_knee",
+    "past_2knee",
+    "per_position",
+    "per_drafted",
+    "speculating",
+)
+_DIM = len(TERMS)
+# Feature units keep the normal equations well conditioned: seconds per 1 (fixed), per
+# 1000 batched tokens, per 1e6 context tokens, per draft position.
+_SCALE = (1.0, 1e-3, 1e-6, 1e-3, 1e-3, 1.0, 1e-3, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StepPoint:
+    """One measured interval: the mean features of its steps and their mean time.
+
+    ``batch`` is the mean number of running requests; ``drafted`` the proposed tokens per
+    step (B k summed); ``positions`` the mean draft length on a step, 0 for steps that did
+    not draft; ``speculating`` the share of steps that drafted; ``end`` when the interval
+    ended, so a point is counted once.
+    """
+
+    batched_tokens: float
+    context_tokens: float
+    positions: float
+    drafted: float
+    speculating: float
+    step_seconds: float
+    steps: float
+    end: float
+
+
+def _features(
+    batched: float, context: float, positions: float, drafted: float, spec: float, knee: float
+) -> tuple[float, ...]:
+    raw = (
+        1.0,
+        batched,
+        context,
+        max(0.0, batched - knee),
+        max(0.0, batched - 2.0 * knee),
+        positions,
+        drafted,
+        spec,
+    )
+    return tuple(x * s for x, s in zip(raw, _SCALE, strict=True))
+
+
+def _shape_features(shape: StepShape, knee: float) -> tuple[float, ...]:
+    drafting = shape.k > 0 and shape.batch > 0
+    return _features(
+        float(shape.batched_tokens),
+        float(shape.context_tokens),
+        float(shape.k) if drafting else 0.0,
+        float(shape.batch * shape.k),
+        1.0 if drafting else 0.0,
+        knee,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CostPrior:
+    """The coefficients before any measurement (in the scaled feature units).
+
+    ``noise`` is the relative error of one interval's mean step time that no term
+    explains (step-to-step jitter over ``steps`` steps plus the model's own misfit,
+    ``misfit``, which does not average away); ``outlier_ratio`` how far from the
+    prediction so far a point may lie before it is taken for a broken interval.
+    """
+
+    mean: tuple[float, ...]
+    stddev: tuple[float, ...]
+    knee_tokens: float
+    noise: float = 0.05
+    misfit: float = 0.02
+    outlier_ratio: float = 3.0
+
+
+def cost_prior(
+    model: StepCostModel, *, relative_stddev: float = 0.5, floor_fraction: float = 0.5
+) -> CostPrior:
+    """The profile's cost model as a prior over the terms, each with its uncertainty.
+
+    The knee is where the profile's roofline turns compute-bound (the weights read
+    equals the FLOPs at peak); without a roofline the knee is put at 256 tokens and its
+    terms start at 0. Each standard deviation is ``relative_stddev`` of its term's mean,
+    and never less than what moves a k = 3 step at batch 32 or 256 by ``floor_fraction``
+    of its time, so a term the profile sets to 0 can still be learned. Small values of
+    both say the profile is known to be right (a calibrated engine).
+    """
+    if model.peak_flops > 0 and model.flops_per_token > 0:
+        per_flop_token = model.flops_per_token / model.peak_flops
+        knee = max(model.t_fixed / per_flop_token, 1.0)
+    else:
+        per_flop_token, knee = 0.0, 256.0
+    draft = model.draft
+    lookup = draft.fraction_of_target * model.t_fixed
+    raw_mean = (
+        model.t_fixed + model.t_overhead,
+        model.c_tok,
+        model.c_kv + draft.c_kv,
+        per_flop_token,
+        0.0,
+        0.0,
+        draft.c_tok,
+        draft.t_fixed + lookup,
+    )
+    mean = tuple(m / s for m, s in zip(raw_mean, _SCALE, strict=True))
+    floors = [math.inf] * _DIM
+    for batch in (32, 256):
+        shape = StepShape(batch, 3, batch * 1024)
+        seconds = model.step_time(shape)
+        for i, x in enumerate(_shape_features(shape, knee)):
+            if x > 0:
+                floors[i] = min(floors[i], floor_fraction * seconds / x)
+    stddev = tuple(
+        max(relative_stddev * abs(m), floor) for m, floor in zip(mean, floors, strict=True)
+    )
+    return CostPrior(mean=mean, stddev=stddev, knee_tokens=knee)
+
+
+@dataclass(frozen=True, slots=True)
+class CostEvidence:
+    """Sufficient statistics of the measured points: sum of w x x' and of w x y.
+
+    ``gram`` is the 8 x 8 matrix row by row; ``until`` the end of the newest point
+    counted, so a window that overlaps the last one adds only its new points; ``ks`` the
+    draft lengths the points ran (0: no drafting).
+    """
+
+    gram: tuple[float, ...] = (0.0,) * (_DIM * _DIM)
+    moment: tuple[float, ...] = (0.0,) * _DIM
+    points: int = 0
+    steps: float = 0.0
+    until: float = float("-inf")
+    ks: tuple[int, ...] = ()
+
+    def add(self, points: Sequence[StepPoint], prior: CostPrior) -> CostEvidence:
+        """The evidence with the points newer than ``until`` counted once.
+
+        A point more than ``outlier_ratio`` away from what the evidence so far predicts
+        is a broken interval (a counter summed across a restart, a stalled scrape) far more
+        often than physics, and is left out: one such point would otherwise move every
+        term at once.
+        """
+        fresh = [p for p in points if p.end > self.until and p.steps > 0 and p.step_seconds > 0]
+        if fresh:
+            model = CostPosterior.of(prior, self).model()
+            fresh = [p for p in fresh if _plausible(p, model, prior.outlier_ratio)]
+        if not fresh:
+            return self
+        gram = list(self.gram)
+        moment = list(self.moment)
+        for p in fresh:
+            x = _features(
+                p.batched_tokens,
+                p.context_tokens,
+                p.positions,
+                p.drafted,
+                p.speculating,
+                prior.knee_tokens,
+            )
+            relative = prior.noise**2 / p.steps + prior.misfit**2
+            w = 1.0 / (relative * p.step_seconds**2)
+            for i in range(_DIM):
+                moment[i] += w * x[i] * p.step_seconds
+                for j in range(_DIM):
+                    gram[i * _DIM + j] += w * x[i] * x[j]
+        ks = {
+            *self.ks,
+            *(round(p.positions / p.speculating) if p.speculating else 0 for p in fresh),
+        }
+        return CostEvidence(
+            gram=tuple(gram),
+            moment=tuple(moment),
+            points=self.points + len(fresh),
+            steps=self.steps + sum(p.steps for p in fresh),
+            until=max(p.end for p in fresh),
+            ks=tuple(sorted(ks)),
+        )
+
+
+def _plausible(point: StepPoint, model: LearnedCost, ratio: float) -> bool:
+    predicted = sum(
+        c * v
+        for c, v in zip(
+            model.coefficients,
+            _features(
+                point.batched_tokens,
+                point.context_tokens,
+                point.positions,
+                point.drafted,
+                point.speculating,
+                model.knee_tokens,
+            ),
+            strict=True,
+        )
+    )
+    predicted = max(predicted, model.floor_s)
+    return predicted / ratio <= point.step_seconds <= predicted * ratio
+
+
+def _cholesky(matrix: Sequence[float]) -> list[float]:
+    lower = [0.0] * (_DIM * _DIM)
+    for i in range(_DIM):
+        for j in range(i + 1):
+            total = matrix[i * _DIM + j] - sum(
+                lower[i * _DIM + m] * lower[j * _DIM + m] for m in range(j)
+            )
+            if i == j:
+                lower[i * _DIM + i] = math.sqrt(max(total, 1e-300))
+            else:
+                lower[i * _DIM + j] = total / lower[j * _DIM + j]
+    return lower
+
+
+def _solve(lower: Sequence[float], rhs: Sequence[float]) -> list[float]:
+    """x with (L L') x = rhs."""
+    y = [0.0] * _DIM
+    for i in range(_DIM):
+        y[i] = (rhs[i] - sum(lower[i * _DIM + m] * y[m] for m in range(i))) / lower[i * _DIM + i]
+    x = [0.0] * _DIM
+    for i in reversed(range(_DIM)):
+        x[i] = (y[i] - sum(lower[m * _DIM + i] * x[m] for m in range(i + 1, _DIM))) / lower[
+            i * _DIM + i
+        ]
+    return x
+
+
+def _nonnegative_mean(precision: Sequence[float], rhs: Sequence[float]) -> tuple[float, ...]:
+    """The posterior's mode with every coefficient >= 0 (each term is a cost).
+
+    Unconstrained, a few collinear points (one k, a narrow range of batches) can trade a
+    negative term against a large one and predict absurd step times away from the data.
+    Active set: solve, pin the most negative coefficient at 0, solve the rest again.
+    """
+    pinned: set[int] = set()
+    while True:
+        matrix = list(precision)
+        vector = list(rhs)
+        for i in pinned:
+            for j in range(_DIM):
+                matrix[i * _DIM + j] = matrix[j * _DIM + i] = 0.0
+            matrix[i * _DIM + i] = 1.0
+            vector[i] = 0.0
+        solution = _solve(_cholesky(matrix), vector)
+        negative = [i for i in range(_DIM) if solution[i] < 0 and i not in pinned]
+        if not negative:
+            return tuple(max(v, 0.0) for v in solution)
+        pinned.add(min(negative, key=lambda i: solution[i]))
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedCost:
+    """Step time from one set of coefficients; a StepCostModel's stand-in for the policy."""
+
+    coefficients: tuple[float, ...]
+    knee_tokens: float
+    floor_s: float
+
+    def step_time(self, shape: StepShape) -> float:
+        x = _shape_features(shape, self.knee_tokens)
+        seconds = sum(c * v for c, v in zip(self.coefficients, x, strict=True))
+        return max(seconds, self.floor_s)
+
+
+@dataclass(frozen=True, slots=True)
+class CostPosterior:
+    """The coefficients' Gaussian posterior: its mean model and draws from it."""
+
+    prior: CostPrior
+    evidence: CostEvidence
+    mean: tuple[float, ...]
+    _lower: tuple[float, ...]
+
+    @classmethod
+    def of(cls, prior: CostPrior, evidence: CostEvidence) -> CostPosterior:
+        precision = list(evidence.gram)
+        rhs = list(evidence.moment)
+        for i in range(_DIM):
+            p = 1.0 / prior.stddev[i] ** 2
+            precision[i * _DIM + i] += p
+            rhs[i] += p * prior.mean[i]
+        lower = _cholesky(precision)
+        return cls(prior, evidence, _nonnegative_mean(precision, rhs), tuple(lower))
+
+    @property
+    def measured(self) -> bool:
+        return self.evidence.points > 0
+
+    def _model(self, coefficients: Sequence[float]) -> LearnedCost:
+        floor = 0.2 * self.prior.mean[0] * _SCALE[0]
+        return LearnedCost(tuple(coefficients), self.prior.knee_tokens, max(floor, 1e-5))
+
+    def model(self) -> LearnedCost:
+        return self._model(self.mean)
+
+    def stddev(self, shape: StepShape) -> float:
+        """Posterior standard deviation of the step time of ``shape``."""
+        x = _shape_features(shape, self.prior.knee_tokens)
+        # Var = x' P^-1 x = |L^-1 x|^2
+        y = [0.0] * _DIM
+        lower = self._lower
+        for i in range(_DIM):
+            y[i] = (x[i] - sum(lower[i * _DIM + m] * y[m] for m in range(i))) / lower[i * _DIM + i]
+        return math.sqrt(sum(v * v for v in y))
+
+    def draws(self, count: int, seed: int = 0) -> tuple[LearnedCost, ...]:
+        """``count`` coefficient sets from the posterior (seeded, so decisions repeat)."""
+        rng = random.Random(seed)
+        lower = self._lower
+        out: list[LearnedCost] = []
+        for _ in range(count):
+            z = [rng.gauss(0.0, 1.0) for _ in range(_DIM)]
+            # theta = mean + L'^-1 z has covariance (L L')^-1
+            d = [0.0] * _DIM
+            for i in reversed(range(_DIM)):
+                d[i] = (z[i] - sum(lower[m * _DIM + i] * d[m] for m in range(i + 1, _DIM))) / lower[
+                    i * _DIM + i
+                ]
+            out.append(self._model([max(m + v, 0.0) for m, v in zip(self.mean, d, strict=True)]))
+        return tuple(out)

@@ -1,0 +1,104 @@
+"""The decision with a step-time posterior: probes where it cannot know, trusts what it measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from specops.control import (
+    Action,
+    ControllerState,
+    ControlSettings,
+    Observation,
+    ReasonCode,
+    ServiceModel,
+    decide,
+    expected_remaining,
+)
+from specops.policy import (
+    BatchDistribution,
+    CostEvidence,
+    SpecConfig,
+    StepPoint,
+    cost_prior,
+)
+from tests.policy.fit import H100_FIT
+
+PROFILE = H100_FIT
+SERVICE = ServiceModel(method="suffix", cost=cost_prior(PROFILE), max_batch=256)
+SETTINGS = ControlSettings(
+    k_max=7, restart_cost_s=30.0, min_dwell_s=300.0, min_drafts=1000, confidence_z=0.0
+)
+
+
+def _observation(batch: int, k: int, points: tuple[StepPoint, ...] = ()) -> Observation:
+    drafts = 10_000.0
+    return Observation(
+        window_end=0.0,
+        load=BatchDistribution.from_samples([batch] * 60),
+        context_tokens=700,
+        num_drafts=drafts,
+        accepted_per_position=tuple(drafts * 0.6 ** (i + 1) for i in range(k)),
+        cost_points=points,
+    )
+
+
+def _measured(k: int, step_s: float, batch: int = 8) -> StepPoint:
+    return StepPoint(batch * (k + 1), batch * 700, k, batch * k, 1.0, step_s, 500, 1.0)
+
+
+def test_an_unmeasured_k_the_mean_favours_is_probed() -> None:
+    decision = decide(
+        ControllerState.initial(SpecConfig.static(1)), _observation(8, 1), SERVICE, SETTINGS, 0.0
+    )
+    assert decision.action is Action.RECONFIGURE
+    assert decision.code is ReasonCode.PROBE
+    assert decision.config == SpecConfig.static(7)
+    assert decision.likely_gain is not None and decision.predicted_gain is not None
+    assert decision.likely_gain < SETTINGS.min_gain <= decision.predicted_gain
+    assert "a probe" in decision.reason
+
+
+def test_once_that_k_is_measured_the_posterior_decides_without_a_probe() -> None:
+    # k = 7 was run at this load and measured slow (22 ms a step): the controller stays at k = 1
+    prior = SERVICE.cost
+    evidence = CostEvidence().add([_measured(7, 0.022), _measured(1, 0.0102)], prior)
+    state = ControllerState(
+        config=SpecConfig.static(1), last_good=SpecConfig.static(1), cost_evidence=evidence
+    )
+    decision = decide(state, _observation(8, 1), SERVICE, SETTINGS, 0.0)
+    assert decision.code is not ReasonCode.PROBE
+    assert decision.config == SpecConfig.static(1)
+    assert decision.cost_measured
+    assert "step time: measured" in decision.reason
+
+
+def test_measured_points_are_kept_in_the_state() -> None:
+    point = _measured(1, 0.0102)
+    decision = decide(
+        ControllerState.initial(SpecConfig.static(1)),
+        _observation(8, 1, (point,)),
+        SERVICE,
+        SETTINGS,
+        0.0,
+    )
+    assert decision.state.cost_evidence.points == 1
+    assert decision.state.cost_evidence.ks == (1,)
+    assert decision.crossover_bands and all(
+        b.low is None or b.high is None or b.low <= b.high for b in decision.crossover_bands
+    )
+
+
+@pytest.mark.parametrize(
+    ("lengths", "age", "expected"),
+    [
+        ((), 100.0, 600.0),  # no history: the age, at least regime_min_s
+        ((), 2000.0, 2000.0),
+        ((1800.0, 600.0), 700.0, 1100.0),  # only the 1800 s regime outlived 700 s
+        ((1800.0, 2400.0), 1000.0, 1100.0),  # (800 + 1400) / 2
+        ((1800.0,), 5000.0, 3600.0),  # older than any: its age, at most regime_max_s
+    ],
+)
+def test_the_expected_regime_length_comes_from_the_service_history(
+    lengths: tuple[float, ...], age: float, expected: float
+) -> None:
+    assert expected_remaining(lengths, age, ControlSettings()) == pytest.approx(expected)

@@ -1,0 +1,109 @@
+"""The step-time posterior: the prior is the profile, data moves it, draws spread as it should."""
+
+from __future__ import annotations
+
+import pytest
+
+from specops.policy import (
+    AcceptanceCurve,
+    CostEvidence,
+    CostPosterior,
+    SpeedModel,
+    StepPoint,
+    StepShape,
+    best_k_by_batch,
+    cost_prior,
+)
+from tests.policy.fit import H100_FIT
+
+PROFILE = H100_FIT
+ACCEPTANCE = AcceptanceCurve((0.647, 0.390, 0.241, 0.158, 0.106, 0.065, 0.065))
+CONTEXT = 700
+
+
+def _truth(batch: int, k: int) -> float:
+    """An engine the profile does not know: drafting costs 25x more per token, a knee."""
+    tokens = batch * (k + 1)
+    target = max(5.9e-3, 2.0e-5 * tokens) + 3.9e-8 * batch * CONTEXT + 1.2e-3
+    if k == 0:
+        return target
+    return target + 2.2e-3 + k * (1.9e-4 + 2.0e-5 * batch)
+
+
+def _points(k: int, batches: list[int], start: float = 0.0) -> list[StepPoint]:
+    return [
+        StepPoint(
+            batched_tokens=b * (k + 1),
+            context_tokens=b * CONTEXT,
+            positions=k,
+            drafted=b * k,
+            speculating=1.0 if k else 0.0,
+            step_seconds=_truth(b, k),
+            steps=100,
+            end=start + i,
+        )
+        for i, b in enumerate(batches)
+    ]
+
+
+def _best(cost: object) -> tuple[int, ...]:
+    return best_k_by_batch(SpeedModel(cost, ACCEPTANCE, CONTEXT), range(8), 256)  # type: ignore[arg-type]
+
+
+class _Truth:
+    def step_time(self, shape: StepShape) -> float:
+        return _truth(shape.batch, shape.k)
+
+
+def test_with_no_data_the_posterior_is_the_profile() -> None:
+    prior = cost_prior(PROFILE)
+    model = CostPosterior.of(prior, CostEvidence()).model()
+    for batch, k in [(1, 0), (8, 3), (64, 5), (256, 1)]:
+        shape = StepShape(batch, k, batch * CONTEXT)
+        # equal below the knee; past it the roofline lets KV reads hide under compute,
+        # while the terms add them (as separate kernels do)
+        assert model.step_time(shape) == pytest.approx(PROFILE.step_time(shape), rel=0.35)
+
+
+def test_points_at_two_ks_teach_the_crossover_the_prior_misses() -> None:
+    prior = cost_prior(PROFILE)
+    truth = _best(_Truth())
+    assert truth[200] == 0 and _best(CostPosterior.of(prior, CostEvidence()).model())[200] > 0
+    evidence = CostEvidence().add(_points(3, [1, 4, 16, 64, 128]), prior)
+    evidence = evidence.add(_points(0, [64, 128, 200, 256], start=100.0), prior)
+    learned = _best(CostPosterior.of(prior, evidence).model())
+    # where drafting stops (the truth: batch 190) within 10 %, every k within 2 of the truth's
+    assert learned.index(0) == pytest.approx(truth.index(0), rel=0.1)
+    assert all(k == 0 for k in learned[learned.index(0) :])
+    assert all(abs(a - b) <= 2 for a, b in zip(learned, truth, strict=True))
+    assert evidence.ks == (0, 3)
+
+
+def test_each_point_counts_once() -> None:
+    prior = cost_prior(PROFILE)
+    once = CostEvidence().add(_points(3, [4, 8]), prior)
+    assert once.add(_points(3, [4, 8]), prior) == once
+    assert once.points == 2 and once.steps == 200
+
+
+def test_draws_spread_where_the_data_is_silent_and_narrow_where_it_speaks() -> None:
+    prior = cost_prior(PROFILE)
+    evidence = CostEvidence().add(_points(3, [16, 32, 48, 64] * 5), prior)
+    posterior = CostPosterior.of(prior, evidence)
+    seen = StepShape(32, 3, 32 * CONTEXT)
+    unseen = StepShape(32, 7, 32 * CONTEXT)
+    assert posterior.stddev(seen) < 0.05 * _truth(32, 3)
+    assert posterior.stddev(unseen) > 2 * posterior.stddev(seen)
+    draws = posterior.draws(64, seed=1)
+    spread = [d.step_time(seen) for d in draws]
+    assert max(spread) - min(spread) < 0.2 * _truth(32, 3)
+    assert posterior.draws(4, seed=7) == posterior.draws(4, seed=7)
+
+
+def test_a_point_far_from_every_prediction_is_taken_for_a_broken_interval() -> None:
+    prior = cost_prior(PROFILE)
+    good = _points(3, [8])
+    broken = StepPoint(32.0, 5600.0, 3.0, 24.0, 1.0, 0.5, 100, 5.0)  # 0.5 s for batch 8
+    evidence = CostEvidence().add([*good, broken], prior)
+    assert evidence.points == 1
+    assert evidence.until == good[0].end
