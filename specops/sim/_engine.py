@@ -601,11 +601,53 @@ class SimulatedEngine:
 
     def _commit(self, stretch: Stretch, arrivals_until: float) -> StepResult:
         """Apply a stretch's committed steps: counters, histograms, requests, the clock."""
-        planned = stretch.plan
-        steps = stretch.committed
-        ends = stretch.ends
         start = self.now
-        phase = self.workload.phase(start)
+        running = list(self._order)
+        self._count_stretch(stretch, running)
+        slots, names, finished = self._replay(stretch, running, arrivals_until)
+        self._settle(stretch, slots)
+        if self._noise.sigma > 0:
+            self._noise.take(stretch.committed)
+        ends = stretch.ends
+        first = start if stretch.committed == 1 else float(ends[-2])
+        self.now = float(ends[-1])
+        self.last_k = int(stretch.k[-1])
+        self._last_seconds = self.now - first
+        self._last_stretch = stretch.committed
+        self._kv_used_blocks = stretch.kv_blocks
+        self._update_gauges()
+        emitted: tuple[tuple[str, int], ...] = ()
+        if self.track_tokens:
+            decodes = stretch.decodes
+            at_last = decodes.step == stretch.committed - 1
+            lanes = decodes.lane[at_last].tolist()
+            counts = decodes.emitted[at_last].tolist()
+            emitted = tuple((names[lane], n) for lane, n in zip(lanes, counts, strict=True))
+            last = stretch.committed - 1
+            emitted += tuple(
+                (names[lane], 1) for step, lane in self._admitted_lanes(stretch) if step == last
+            )
+        return StepResult(
+            first,
+            self.now,
+            int(stretch.decoding[-1]),
+            int(stretch.prefill_tokens[-1]),
+            self.last_k,
+            emitted,
+            finished,
+        )
+
+    @staticmethod
+    def _admitted_lanes(stretch: Stretch) -> list[tuple[int, int]]:
+        first = len(stretch.plan.lanes) - len(stretch.plan.admitted)
+        return [
+            (step, first + offset)
+            for offset, (step, _) in enumerate(stretch.plan.admitted)
+            if step < stretch.committed
+        ]
+
+    def _count_stretch(self, stretch: Stretch, running: list[int]) -> None:
+        """The stretch's counters and per-step histograms."""
         metrics = self._metrics
         histograms = metrics.histograms
         generated = stretch.emitted + stretch.first_tokens
@@ -617,110 +659,76 @@ class SimulatedEngine:
         metrics.counters["vllm:prompt_tokens"] += prompt
         metrics.labelled["vllm:prompt_tokens_by_source"]["local_compute"] += prompt
         decodes = stretch.decodes
-        if planned.k:
+        if stretch.plan.k:
             raw = decodes.high - decodes.low
-            self._count_drafts(raw - 1, planned.k, int(raw.size))
-        running = list(self._order)
+            self._count_drafts(raw - 1, stretch.plan.k, int(raw.size))
+        ends = stretch.ends
         itl = histograms["vllm:inter_token_latency_seconds"]
         decoded = [running[lane] for lane in decodes.lane[decodes.step == 0].tolist()]
         itl.observe_many(ends[0] - self._last_ts[decoded])
         itl.observe_many(np.diff(ends), stretch.decoding[1:])
 
-        slots = [*running, *([-1] * (len(planned.lanes) - len(running)))]
-        names = [self._slot_ids[slot] for slot in running]
-        admitted = [(step, e) for step, e in planned.admitted if step < steps]
-        preempted = [(t, lane) for lane, t in planned.preempted.items() if t < steps]
-        gone = {lane for _, lane in preempted}
-        finishing = sorted(
-            (f, lane) for lane, f in enumerate(planned.finishes) if f < steps and lane not in gone
-        )
-        arriving = [t for t in planned.arrivals if t < steps and ends[t] < arrivals_until]
+    def _replay(
+        self, stretch: Stretch, running: list[int], arrivals_until: float
+    ) -> tuple[list[int], list[str], tuple[FinishedRequest, ...]]:
+        """Preempt, admit, finish and queue requests as the stretch's steps did. Returns the
+        slot and request id of every lane, and what finished in the last step."""
+        planned = stretch.plan
+        ends = stretch.ends
+        slots = [*running, *([-1] * len(planned.admitted))]
+        names = [self._slot_ids[slot] for slot in running] + [""] * len(planned.admitted)
+        phase = self.workload.phase(self.now)
         records: list[FinishedRequest] = []
-        last_finished: tuple[FinishedRequest, ...] = ()
-        a = f = r = p = 0
-        events = {t for t, _ in admitted} | {t for t, _ in finishing} | {*arriving}
-        for step in sorted(events | {t for t, _ in preempted}):
-            while p < len(preempted) and preempted[p][0] == step:
-                self._preempt_lane(planned, preempted[p][1], slots[preempted[p][1]], step)
-                p += 1
-            while a < len(admitted) and admitted[a][0] == step:
-                entrant = admitted[a][1]
+        last: tuple[FinishedRequest, ...] = ()
+        for events in stretch.events(arrivals_until):
+            step = events.step
+            end = float(ends[step])
+            for lane in events.preempted:
+                self._preempt_lane(planned, lane, slots[lane], step)
+            for lane, entrant in events.admitted:
                 request = self._waiting.popleft()
-                slot = self._admit(request, entrant.chunk, start if step == 0 else ends[step - 1])
+                slot = self._admit(
+                    request, entrant.chunk, self.now if step == 0 else ends[step - 1]
+                )
                 self._ctx[slot] += entrant.chunk
                 request.lane = entrant.lane
-                self._first_token(slot, float(ends[step]))
-                slots[len(running) + a] = slot
-                names.append(request.request_id)
-                a += 1
-            ended = []
-            while f < len(finishing) and finishing[f][0] == step:
-                ended.append(slots[finishing[f][1]])
-                f += 1
-            if ended:
-                done = self._finish(ended, float(ends[step]))
-                records.extend(done)
-                if step == steps - 1:
-                    last_finished = done
-            while r < len(arriving) and arriving[r] == step:
+                self._first_token(slot, end)
+                slots[lane] = slot
+                names[lane] = request.request_id
+            done = self._finish([slots[lane] for lane in events.finished], end)
+            records.extend(done)
+            if step == stretch.committed - 1:
+                last = done
+            for _ in range(events.arrivals):
                 request = self._ahead_request(0, phase)
                 self._ahead.popleft()
-                request.arrival = float(ends[step])
+                request.arrival = end
                 request.request_id = f"cmpl-{next(self._ids)}"
                 self._waiting.append(request)
-                r += 1
         self._observe_finished(records)
+        return slots, names, last
 
-        last = float(ends[-1])
-        moved_slots: list[int] = []
-        moved: list[int] = []
-        origins: list[tuple[int, int, int]] = []
-        for lane_id, lane in enumerate(planned.lanes[: len(running) + len(admitted)]):
-            if lane is None or planned.finishes[lane_id] < steps or lane_id in gone:
-                continue
-            lane.done += steps - planned.starts[lane_id]
-            moved_slots.append(slots[lane_id])
+    def _settle(self, stretch: Stretch, slots: list[int]) -> None:
+        """The running lanes' state after the stretch: their walk, so many steps on."""
+        planned = stretch.plan
+        survivors = stretch.survivors()
+        if not survivors:
+            return
+        moved = []
+        origins = []
+        for lane_id in survivors:
+            lane = planned.lanes[lane_id]
+            assert lane is not None
+            lane.done += stretch.committed - planned.starts[lane_id]
             moved.append(int(lane.cum[lane.done]))
             origins.append((lane.pos, lane.generated, lane.context))
-        if moved_slots:
-            shift = np.asarray(moved, dtype=np.int64)
-            origin = np.asarray(origins, dtype=np.int64).reshape(-1, 3)
-            self._pos[moved_slots] = origin[:, 0] + shift
-            self._gen[moved_slots] = origin[:, 1] + shift
-            self._ctx[moved_slots] = origin[:, 2] + shift
-            self._last_ts[moved_slots] = last
-        if self._noise.sigma > 0:
-            self._noise.take(steps)
-        first = start if steps == 1 else float(ends[-2])
-        self.now = last
-        self.last_k = int(stretch.k[-1])
-        self._last_seconds = last - first
-        self._last_stretch = steps
-        self._kv_used_blocks = stretch.kv_blocks
-        self._update_gauges()
-        emitted: tuple[tuple[str, int], ...] = ()
-        if self.track_tokens:
-            at_last = decodes.step == steps - 1
-            emitted = tuple(
-                (names[lane], n)
-                for lane, n in zip(
-                    decodes.lane[at_last].tolist(), decodes.emitted[at_last].tolist(), strict=True
-                )
-            )
-            emitted += tuple(
-                (names[len(running) + i], 1)
-                for i, (step, _) in enumerate(admitted)
-                if step == steps - 1
-            )
-        return StepResult(
-            first,
-            last,
-            int(stretch.decoding[-1]),
-            int(stretch.prefill_tokens[-1]),
-            self.last_k,
-            emitted,
-            last_finished,
-        )
+        at = [slots[lane] for lane in survivors]
+        shift = np.asarray(moved, dtype=np.int64)
+        origin = np.asarray(origins, dtype=np.int64)
+        self._pos[at] = origin[:, 0] + shift
+        self._gen[at] = origin[:, 1] + shift
+        self._ctx[at] = origin[:, 2] + shift
+        self._last_ts[at] = float(stretch.ends[-1])
 
     def _preempt_lane(self, planned: Plan, lane_id: int, slot: int, step: int) -> None:
         """Preempt a lane at the start of ``step``, from the state its decodes left."""

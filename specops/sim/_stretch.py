@@ -506,6 +506,57 @@ class Stretch:
     kv_blocks: int
     decodes: LaneSteps
 
+    def events(self, arrivals_until: float) -> list[StepEvents]:
+        """What happens to requests in the committed steps, step by step, in the order the
+        scheduler does it; arrivals only after steps that end before ``arrivals_until``."""
+        planned = self.plan
+        steps = self.committed
+        first = len(planned.lanes) - len(planned.admitted)
+        by_step: dict[int, StepEvents] = {}
+
+        def at(step: int) -> StepEvents:
+            return by_step.setdefault(step, StepEvents(step, [], [], [], 0))
+
+        for lane, step in planned.preempted.items():
+            if step < steps:
+                at(step).preempted.append(lane)
+        for offset, (step, entrant) in enumerate(planned.admitted):
+            if step < steps:
+                at(step).admitted.append((first + offset, entrant))
+        for lane, step in enumerate(planned.finishes):
+            if step < steps and planned.preempted.get(lane, steps) > step:
+                at(step).finished.append(lane)
+        for step in planned.arrivals:
+            if step < steps and self.ends[step] < arrivals_until:
+                at(step).arrivals += 1
+        return [by_step[step] for step in sorted(by_step)]
+
+    def survivors(self) -> list[int]:
+        """Lanes still running after the committed steps."""
+        planned = self.plan
+        steps = self.committed
+        admitted = sum(1 for step, _ in planned.admitted if step < steps)
+        last = len(planned.lanes) - len(planned.admitted) + admitted
+        return [
+            lane
+            for lane in range(last)
+            if planned.lanes[lane] is not None
+            and planned.finishes[lane] >= steps
+            and planned.preempted.get(lane, steps) >= steps
+        ]
+
+
+@dataclass
+class StepEvents:
+    """One step's changes to who runs: preempted lanes (at its start, in order), admitted
+    (lane id, entrant), finished lanes (at its end, by admission) and arrivals after it."""
+
+    step: int
+    preempted: list[int]
+    admitted: list[tuple[int, Entrant]]
+    finished: list[int]
+    arrivals: int
+
 
 def _per_step(index: Counts, steps: int, weights: Counts | None = None) -> Counts:
     return np.bincount(index, weights, minlength=steps)[:steps].astype(np.int64)
