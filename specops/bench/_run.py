@@ -336,6 +336,33 @@ def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
         ) from exc
 
 
+def _advance(
+    engine: SimulatedEngine, rule: GoodputRule | None, target: int, wake: float, last_k: int
+) -> int:
+    """Run the engine to ``wake`` with ``target`` clients (their number holds till then);
+    returns the k of the last step. The per-step rule sees every step, so it steps alone."""
+    if engine.now < engine.available_at:
+        engine.run_until(min(wake, engine.available_at))
+        return last_k
+    if not engine.has_work:
+        engine.run_until(wake)
+        return last_k
+    if rule is None:
+        engine.run_until(wake, concurrency=target)
+        return engine.last_k
+    step = engine.step()
+    metrics = engine.metrics()
+    rule.observe(
+        step.decode_batch,
+        step.k,
+        step.end - step.start,
+        step.prefill_tokens,
+        metrics.counters["vllm:spec_decode_num_drafts"],
+        metrics.accepted_per_position,
+    )
+    return step.k
+
+
 def _run_trace(
     trace: LoadTrace,
     policy: Policy,
@@ -443,27 +470,7 @@ def _run_trace(
         wake = min(next_scrape, boundaries[index + 1], measure_from[index] if not opened else end)
         if state is not None:
             wake = min(wake, next_window)
-        if now < engine.available_at:
-            engine.run_until(min(wake, engine.available_at))
-        elif not engine.has_work:
-            engine.run_until(wake)
-        elif rule is None:
-            # The clients hold the target until the wake-up: a closed loop in the engine.
-            engine.run_until(min(wake, clients.steady_until(now)), concurrency=target)
-            last_k = engine.last_k
-        else:
-            step = engine.step()
-            last_k = step.k
-            if rule is not None:
-                metrics = engine.metrics()
-                rule.observe(
-                    step.decode_batch,
-                    step.k,
-                    step.end - step.start,
-                    step.prefill_tokens,
-                    metrics.counters["vllm:spec_decode_num_drafts"],
-                    metrics.accepted_per_position,
-                )
+        last_k = _advance(engine, rule, target, min(wake, clients.steady_until(now)), last_k)
         finished.extend(engine.take_finished())
     return RunResult(
         policy=policy.name,
