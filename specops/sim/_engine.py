@@ -223,11 +223,13 @@ class _Request:
 
 @dataclass
 class _Ahead:
-    """A request drawn ahead for a closed loop's next arrival, in a mix phase and family;
-    ``request`` is made from it (and its lane walked) when a stretch first needs it."""
+    """A request drawn ahead for a closed loop's next arrival, in a mix phase and family,
+    with where the workload's draws stood before it; ``request`` is made from it (and its
+    lane walked) when a stretch first needs it."""
 
     phase: int
     family: DraftFamily
+    stream: dict[str, object]
     drawn: DrawnRequest
     request: _Request | None = None
 
@@ -388,15 +390,21 @@ class SimulatedEngine:
         return request.request_id
 
     def _next_drawn(self, arrival: float) -> DrawnRequest:
-        """The workload's next request: the first drawn ahead if it was drawn for this phase
-        (a stretch draws ahead; stepping never does), else a fresh draw."""
+        """The workload's next request: the first drawn ahead (a stretch draws ahead;
+        stepping never does), else a fresh draw."""
         phase = self.workload.phase(arrival)
+        self._drop_ahead(phase)
         if self._ahead:
-            ahead = self._ahead.popleft()
-            if ahead.phase == phase and ahead.family is self._spec.family:
-                return ahead.drawn
-            self._ahead.clear()
+            return self._ahead.popleft().drawn
         return self.workload.draw_in(phase, self._spec.family)
+
+    def _drop_ahead(self, phase: int) -> None:
+        """Forget requests drawn ahead for another phase or family, and draw them again:
+        the workload's draws rewind to before them, as if they had never been drawn."""
+        ahead = self._ahead
+        if ahead and (ahead[0].phase != phase or ahead[0].family is not self._spec.family):
+            self.workload.rewind(ahead[0].stream)
+            ahead.clear()
 
     def _request(
         self,
@@ -521,9 +529,7 @@ class SimulatedEngine:
         """The stretch from now, priced and cut; None when the next step must run alone."""
         spec = self._spec
         phase = self.workload.phase(self.now)
-        ahead = self._ahead
-        if ahead and (ahead[0].phase != phase or ahead[0].family is not spec.family):
-            ahead.clear()
+        self._drop_ahead(phase)
         limits = Limits(
             max_batched_tokens=self.config.max_num_batched_tokens,
             lookahead=1 + spec.k_max,
@@ -593,7 +599,9 @@ class SimulatedEngine:
         """The closed loop's ``index``-th next arrival, drawn ahead if not yet drawn."""
         family = self._spec.family
         while len(self._ahead) <= index:
-            self._ahead.append(_Ahead(phase, family, self.workload.draw_in(phase, family)))
+            stream = self.workload.stream()
+            drawn = self.workload.draw_in(phase, family)
+            self._ahead.append(_Ahead(phase, family, stream, drawn))
         ahead = self._ahead[index]
         if ahead.request is None:
             ahead.request = self._request(ahead.drawn, 0.0)

@@ -269,6 +269,13 @@ class Workload:
     def draw(self, now: float, family: DraftFamily) -> DrawnRequest:
         return self.draw_in(self.phase(now), family)
 
+    def stream(self) -> dict[str, object]:
+        """Where the draws stand: ``rewind`` to it and the next draws are drawn again."""
+        return dict(self._rng.bit_generator.state)
+
+    def rewind(self, stream: dict[str, object]) -> None:
+        self._rng.bit_generator.state = stream
+
     def draw_in(self, phase: int, family: DraftFamily) -> DrawnRequest:
         """A request as ``draw`` makes it for a time in mix phase ``phase``."""
         name = self._names[bisect_right(self._cdf[phase], self._rng.random())]
