@@ -351,14 +351,9 @@ def _advance(
         engine.run_until(wake, concurrency=target)
         return engine.last_k
     step = engine.step()
-    metrics = engine.metrics()
+    drafts, accepted = engine.spec_decode_counts()
     rule.observe(
-        step.decode_batch,
-        step.k,
-        step.end - step.start,
-        step.prefill_tokens,
-        metrics.counters["vllm:spec_decode_num_drafts"],
-        metrics.accepted_per_position,
+        step.decode_batch, step.k, step.end - step.start, step.prefill_tokens, drafts, accepted
     )
     return step.k
 

@@ -273,10 +273,7 @@ class SimulatedEngine:
         self.workload = workload
         self.config = config
         self.track_tokens = track_tokens
-        # An in-engine k rule (scheduled requests, cap) -> k, replacing the table for
-        # baselines vLLM does not ship, such as a per-step goodput rule. It is asked before
-        # every step, so an engine with one runs every step alone.
-        self.k_selector: Callable[[int, int], int] | None = None
+        self._k_selector: Callable[[int, int], int] | None = None
         self.now = 0.0
         self.available_at = 0.0
         self.last_k = 0
@@ -335,6 +332,18 @@ class SimulatedEngine:
             lookup=lookup,
             kv_blocks=kv_tokens // self.config.block_size,
         )
+
+    @property
+    def k_selector(self) -> Callable[[int, int], int] | None:
+        """An in-engine k rule (scheduled requests, cap) -> k, replacing the table for
+        baselines vLLM does not ship, such as a per-step goodput rule. It is asked before
+        every step, so an engine with one runs every step alone."""
+        return self._k_selector
+
+    @k_selector.setter
+    def k_selector(self, rule: Callable[[int, int], int] | None) -> None:
+        self._k_selector = rule
+        self._lanes = [None] * len(self._lanes)  # no stretch reads them while a rule is set
 
     @property
     def speculative_config(self) -> SpeculativeConfig | None:
@@ -457,6 +466,13 @@ class SimulatedEngine:
     def metrics(self) -> EngineMetrics:
         return self._metrics.snapshot()
 
+    def spec_decode_counts(self) -> tuple[int, tuple[int, ...]]:
+        """Drafts and accepted tokens per position so far: the part of ``metrics()`` a
+        per-step rule reads after every step, without copying every histogram."""
+        metrics = self._metrics
+        accepted = metrics.accepted_per_position[: metrics.num_positions]
+        return metrics.counters["vllm:spec_decode_num_drafts"], tuple(accepted.tolist())
+
     def take_finished(self) -> list[FinishedRequest]:
         """Requests finished since the last call, oldest first."""
         finished, self._finished = self._finished, []
@@ -495,7 +511,7 @@ class SimulatedEngine:
         self, until: float, concurrency: int | None, horizon: int
     ) -> tuple[int, StepResult]:
         """Run a stretch of up to ``horizon`` steps where one can run, else one step alone."""
-        if self.stepping == "bulk" and self.k_selector is None and not self._prefill_left:
+        if self.stepping == "bulk" and self._k_selector is None and not self._prefill_left:
             phase_end = self.workload.next_phase_start(self.now)
             stretch = self._stretch(until, phase_end, concurrency, horizon)
             if stretch is not None:
@@ -758,15 +774,15 @@ class SimulatedEngine:
         block = self.config.block_size
         lookahead = 1 + spec.k_max
         ctx = self._ctx
-        self._fit_running_in_kv(block, lookahead)
+        used = self._fit_running_in_kv(block, lookahead)
         decoding = np.flatnonzero(self._decoding)
         budget = self.config.max_num_batched_tokens - decoding.size * lookahead
-        chunks = self._schedule_prefills(start, budget, block, lookahead)
+        chunks = self._schedule_prefills(start, budget, block, lookahead, used)
         scheduled = decoding.size + len(chunks)
         if spec.k_max == 0 or decoding.size == 0:
             k = 0
-        elif self.k_selector is not None:
-            k = max(0, min(self.k_selector(scheduled, spec.k_max), spec.k_max))
+        elif self._k_selector is not None:
+            k = max(0, min(self._k_selector(scheduled, spec.k_max), spec.k_max))
         else:
             k = self._k_for(scheduled)
         prefill_tokens = sum(chunk for _, chunk in chunks)
@@ -813,13 +829,16 @@ class SimulatedEngine:
         ctx = self._ctx[self._order]
         return int(((ctx + lookahead + block - 1) // block).sum())
 
-    def _fit_running_in_kv(self, block: int, lookahead: int) -> None:
-        capacity = self._spec.kv_blocks
-        while self._order and self._used_blocks(block, lookahead) > capacity:
+    def _fit_running_in_kv(self, block: int, lookahead: int) -> int:
+        """Preempt the last admitted while the running outgrow the cache; the blocks held."""
+        used = self._used_blocks(block, lookahead)
+        while self._order and used > self._spec.kv_blocks:
             self._preempt(self._order[-1], count_it=True)
+            used = self._used_blocks(block, lookahead)
+        return used
 
     def _schedule_prefills(
-        self, now: float, budget: int, block: int, lookahead: int
+        self, now: float, budget: int, block: int, lookahead: int, used: int
     ) -> list[tuple[int, int]]:
         chunks: list[tuple[int, int]] = []
         for slot, left in self._prefill_left.items():
@@ -828,7 +847,7 @@ class SimulatedEngine:
             chunk = min(left, budget)
             chunks.append((slot, chunk))
             budget -= chunk
-        free_blocks = self._spec.kv_blocks - self._used_blocks(block, lookahead)
+        free_blocks = self._spec.kv_blocks - used
         free_blocks -= sum((chunk + block - 1) // block for _, chunk in chunks)
         waiting = self._waiting
         while waiting and self._free and budget > 0:
@@ -884,7 +903,7 @@ class SimulatedEngine:
         itl = end - self._last_ts[slots]
         self._metrics.histograms["vllm:inter_token_latency_seconds"].observe_many(itl)
         self._last_ts[slots] = end
-        if self.stepping == "bulk":
+        if self.stepping == "bulk" and self._k_selector is None:
             # A lane walked for this k stays the request's walk one step further on.
             lanes = self._lanes
             for slot in slots.tolist():
