@@ -11,8 +11,9 @@ there); the step time is a pure function of the step's shape (``EngineStep``)::
     target = gemm + attn + comm_s + comm_s_per_token * N
     step   = target + overhead_s + speculation + table.penalty_s (while a table is set)
 
-Every formula takes arrays (``EngineSteps``, one entry per step), so a stretch of steps
-is priced in one pass with the same arithmetic as a single step.
+Every formula takes one step (``EngineStep``, plain numbers) or many (``EngineSteps``, one
+array entry per step), so a stretch of steps is priced in one pass with the same arithmetic
+as a single step.
 
 ``knee(a, b)`` is the soft maximum ``(a**p + b**p) ** (1 / p)`` of memory time and compute
 time (p = ``knee``; omitted: the hard maximum; 1: their sum, the additive fit). The weight
@@ -59,6 +60,8 @@ DEFAULT_TRUTH = "llama3.1-8b-h100-eagle3"
 _STRICT = ConfigDict(extra="forbid")
 Counts = npt.NDArray[np.int64]
 Times = npt.NDArray[np.floating[Any]]
+Count = int | Counts
+Number = float | Times
 Seconds = Annotated[float, Field(ge=0)]
 Positive = Annotated[float, Field(gt=0)]
 
@@ -129,7 +132,7 @@ class TargetTruth:
     comm_s: Seconds = 0.0
     comm_s_per_token: Seconds = 0.0
 
-    def forward(self, steps: EngineSteps) -> Times:
+    def forward(self, steps: EngineStep | EngineSteps) -> Number:
         tokens = steps.batch * (steps.k + 1) + steps.prefill_tokens
         rate = self.peak_flops * self.efficiency
         gemm = _soft_max(self.weights_s, self.flops_per_token * tokens / rate, self.knee)
@@ -153,7 +156,7 @@ class DraftTruth:
     kv_s_per_token: Seconds
     kv_tokens: Annotated[int, Field(ge=0)]
 
-    def seconds(self, batch: Counts, positions: Counts, kv_tokens: Counts) -> Times:
+    def seconds(self, batch: Count, positions: Count, kv_tokens: Count) -> Number:
         return (
             self.fixed_s
             + positions * (self.per_position_s + self.per_token_s * batch)
@@ -216,10 +219,13 @@ class EngineTruth:
 
     def step_time(self, step: EngineStep) -> float:
         """Seconds for one step, before noise and any pod slowdown."""
-        return float(self.step_times(EngineSteps.of(step))[0])
+        return float(self._seconds(step))
 
     def step_times(self, steps: EngineSteps) -> Times:
         """Seconds for each step, before noise and any pod slowdown."""
+        return np.asarray(self._seconds(steps), dtype=np.float64)
+
+    def _seconds(self, steps: EngineStep | EngineSteps) -> Number:
         forward = self.target.forward(steps)
         seconds = forward + self.overhead_s
         if steps.table:
@@ -227,16 +233,17 @@ class EngineTruth:
         if not steps.speculative:
             return seconds
         zero_row = self.table.zero_row_draft_positions if steps.table else 0
-        positions = np.where(steps.k > 0, steps.k, zero_row)
+        positions = _where(steps.k > 0, steps.k, zero_row)
         drafting = (steps.batch > 0) & (positions > 0)
         if steps.family is DraftFamily.LOOKUP:
             draft = self.lookup_fraction * forward
         else:
             kv = steps.context_tokens + steps.prefill_context_tokens
             draft = self.draft.seconds(steps.batch, positions, kv)
-        seconds = np.where(drafting, seconds + draft, seconds)
+        seconds = _where(drafting, seconds + draft, seconds)
         verify = self.verify.fixed_s + self.verify.per_token_s * steps.batch * steps.k
-        return np.where(drafting & (steps.k > 0), seconds + verify, seconds)
+        priced: Number = _where(drafting & (steps.k > 0), seconds + verify, seconds)
+        return priced
 
     def kv_capacity(self, family: DraftFamily | None) -> int:
         """KV-cache tokens left for requests: all of them, less a draft network's share."""
@@ -245,15 +252,31 @@ class EngineTruth:
         return self.kv_cache_tokens
 
 
-def _soft_max(memory: float | Times, compute: Times, p: float | None) -> Times:
+def _where(condition: Any, yes: Any, no: Any) -> Any:
+    """``numpy.where`` for arrays, a plain choice for one step (the same arithmetic)."""
+    if isinstance(condition, np.ndarray):
+        return np.where(condition, yes, no)
+    return yes if condition else no
+
+
+def _soft_max(memory: Number, compute: Number, p: float | None) -> Number:
+    if isinstance(memory, np.ndarray) or isinstance(compute, np.ndarray):
+        top: Number = np.maximum(memory, compute)
+    else:
+        top = max(memory, compute)
     if p is None:
-        return np.maximum(memory, compute)
+        return top
     if p == 1:
         return memory + compute
-    top = np.maximum(memory, compute)
+    if not isinstance(top, np.ndarray):
+        return 0.0 if top == 0 else _knee(memory, compute, top, p)
     with np.errstate(divide="ignore", invalid="ignore"):
-        knee = top * ((memory / top) ** p + (compute / top) ** p) ** (1 / p)
-    return np.where(top > 0, knee, 0.0)
+        knee: Times = np.where(top > 0, _knee(memory, compute, top, p), 0.0)
+    return knee
+
+
+def _knee(memory: Number, compute: Number, top: Number, p: float) -> Number:
+    return top * ((memory / top) ** p + (compute / top) ** p) ** (1 / p)
 
 
 _ADAPTER: TypeAdapter[EngineTruth] = TypeAdapter(EngineTruth)
