@@ -336,26 +336,17 @@ def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
         ) from exc
 
 
-def _advance(
-    engine: SimulatedEngine, rule: GoodputRule | None, target: int, wake: float, last_k: int
-) -> int:
+def _advance(engine: SimulatedEngine, target: int, wake: float, last_k: int) -> int:
     """Run the engine to ``wake`` with ``target`` clients (their number holds till then);
-    returns the k of the last step. The per-step rule sees every step, so it steps alone."""
+    returns the k of the last step."""
     if engine.now < engine.available_at:
         engine.run_until(min(wake, engine.available_at))
         return last_k
     if not engine.has_work:
         engine.run_until(wake)
         return last_k
-    if rule is None:
-        engine.run_until(wake, concurrency=target)
-        return engine.last_k
-    step = engine.step()
-    drafts, accepted = engine.spec_decode_counts()
-    rule.observe(
-        step.decode_batch, step.k, step.end - step.start, step.prefill_tokens, drafts, accepted
-    )
-    return step.k
+    engine.run_until(wake, concurrency=target)
+    return engine.last_k
 
 
 def _run_trace(
@@ -385,8 +376,7 @@ def _run_trace(
         truth=truth,
         seed=service.seed,
     )
-    if rule is not None:
-        engine.k_selector = rule.select
+    engine.step_rule = rule
     pod = _Pod(
         engine,
         service,
@@ -465,7 +455,7 @@ def _run_trace(
         wake = min(next_scrape, boundaries[index + 1], measure_from[index] if not opened else end)
         if state is not None:
             wake = min(wake, next_window)
-        last_k = _advance(engine, rule, target, min(wake, clients.steady_until(now)), last_k)
+        last_k = _advance(engine, target, min(wake, clients.steady_until(now)), last_k)
         finished.extend(engine.take_finished())
     return RunResult(
         policy=policy.name,

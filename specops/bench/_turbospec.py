@@ -28,7 +28,9 @@ def _features(batch: int, k: int) -> npt.NDArray[np.float64]:
 
 
 class GoodputRule:
-    """Call ``select`` before a step (the engine's k rule) and ``observe`` after it."""
+    """Call ``select`` before a step (the engine's k rule) and ``observe`` after it: the
+    engine does both as its ``step_rule``. ``observe`` replaces its arrays rather than
+    changing them, so a copy of a rule is a snapshot of it."""
 
     def __init__(
         self,
@@ -52,6 +54,12 @@ class GoodputRule:
         self._next_explore = 0
         self._drafts = 0
         self._per_position: tuple[int, ...] = ()
+
+    @property
+    def settled(self) -> bool:
+        """Exploration is over: ``select`` only reads the state (the engine may then ask it
+        about steps ahead; see specops.sim.StepRule)."""
+        return self._explore_left == 0
 
     @property
     def acceptance(self) -> float:

@@ -42,6 +42,7 @@ from specops.sim._engine import (
     FinishedRequest,
     SimulatedEngine,
     StepResult,
+    StepRule,
     k_lookup_table,
     parse_speculative_config,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "ParametricComponent",
     "SimulatedEngine",
     "StepResult",
+    "StepRule",
     "TableTruth",
     "TargetTruth",
     "TraceComponent",

@@ -31,20 +31,21 @@ run either way (tests/sim/test_bulk_equivalence.py holds them to it).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from specops.errors import EngineConfigError, SpecValidationError
 from specops.profiles import DraftFamily, draft_family
-from specops.sim._lanes import Lane, walk_lane
+from specops.sim._lanes import Lane, walk_lane, walk_lanes
 from specops.sim._metrics import EngineMetrics, MetricsRecorder
 from specops.sim._noise import StepNoise
 from specops.sim._stretch import Entrant, Limits, Plan, Pricing, Stretch, plan, price
@@ -57,6 +58,7 @@ __all__ = [
     "FinishedRequest",
     "SimulatedEngine",
     "StepResult",
+    "StepRule",
     "Stepping",
     "k_lookup_table",
     "parse_speculative_config",
@@ -66,10 +68,40 @@ _log = logging.getLogger(__name__)
 
 Stepping = Literal["bulk", "single"]
 
+
+class StepRule(Protocol):
+    """A per-step k rule the engine also tells about every step (a goodput rule, say).
+
+    ``select(scheduled, cap)`` picks the k of a step before it runs; ``observe`` hears how
+    it went (its batch, k, seconds, prefill tokens and the spec-decode counters after it).
+    Once ``settled``, ``select`` only reads the rule's state, so a stretch may ask a copy of
+    it (``copy.copy``, which must not share what ``observe`` changes) about steps ahead and
+    keep the steps it would have run with the stretch's k.
+    """
+
+    @property
+    def settled(self) -> bool: ...
+
+    def select(self, batch: int, cap: int) -> int: ...
+
+    def observe(
+        self,
+        batch: int,
+        k: int,
+        seconds: float,
+        prefill_tokens: int,
+        drafts: int,
+        accepted_per_position: Sequence[int],
+    ) -> None: ...
+
+
 # A stretch plans at most this many (decode step, request) pairs: enough that the numpy
 # work of a stretch outweighs its Python, small enough to stay in cache.
 _LANE_STEPS = 1 << 16
 _MAX_STRETCH = 4096
+# A stretch the step rule cuts shorter than this (or half the batch) sends the next
+# twice as many steps alone.
+_RULE_STRETCH = 8
 
 
 def parse_speculative_config(text: str | None) -> SpeculativeConfig | None:
@@ -274,12 +306,15 @@ class SimulatedEngine:
         self.config = config
         self.track_tokens = track_tokens
         self._k_selector: Callable[[int, int], int] | None = None
+        self.step_rule: StepRule | None = None
+        """A rule that picks every step's k and hears how each went (see StepRule)."""
         self.now = 0.0
         self.available_at = 0.0
         self.last_k = 0
         """The k of the last step run."""
         self._last_seconds = 0.0
         self._last_stretch = 0
+        self._alone_for = 0
         self._ids = count()
         self._finished: list[FinishedRequest] = []
         self._waiting: deque[_Request] = deque()
@@ -511,7 +546,15 @@ class SimulatedEngine:
         self, until: float, concurrency: int | None, horizon: int
     ) -> tuple[int, StepResult]:
         """Run a stretch of up to ``horizon`` steps where one can run, else one step alone."""
-        if self.stepping == "bulk" and self._k_selector is None and not self._prefill_left:
+        rule = self.step_rule
+        settled = rule is None or (rule.settled and self._alone_for == 0)
+        self._alone_for = max(0, self._alone_for - 1)
+        if (
+            self.stepping == "bulk"
+            and self._k_selector is None
+            and settled
+            and not self._prefill_left
+        ):
             phase_end = self.workload.next_phase_start(self.now)
             stretch = self._stretch(until, phase_end, concurrency, horizon)
             if stretch is not None:
@@ -531,10 +574,13 @@ class SimulatedEngine:
         return max(1, int(min(most, (until - self.now) / self._last_seconds * 1.05 + 2)))
 
     def _k_for(self, scheduled: int) -> int:
-        """k of a step that decodes, with ``scheduled`` requests, without a k selector."""
+        """k of a step that decodes, with ``scheduled`` requests."""
         spec = self._spec
         if spec.k_max == 0:
             return 0
+        select = self._k_selector or (self.step_rule.select if self.step_rule else None)
+        if select is not None:
+            return max(0, min(select(scheduled, spec.k_max), spec.k_max))
         return spec.lookup[scheduled] if spec.lookup is not None else spec.k_max
 
     # -- stretches ---------------------------------------------------------------------
@@ -553,7 +599,7 @@ class SimulatedEngine:
             kv_blocks=spec.kv_blocks,
         )
         planned = plan(
-            _Requests(self, phase),
+            _Requests(self, phase, horizon),
             limits,
             running=len(self._order),
             held=self._used_blocks(limits.block, limits.lookahead),
@@ -574,25 +620,91 @@ class SimulatedEngine:
             family=spec.family,
         )
         stretch = price(planned, pricing, limits, now=self.now, until=until, phase_end=phase_end)
+        if self.step_rule is not None and stretch.committed > 1:
+            agreed = self._rule_agrees(self.step_rule, stretch)
+            enough = max(_RULE_STRETCH, len(self._order) // 2)
+            if agreed < enough:
+                # The rule changes k too often here for planning ahead (whose cost grows with
+                # the batch) to pay: the next steps run alone.
+                self._alone_for = 2 * enough
+            if agreed < stretch.committed:
+                stretch = price(
+                    planned,
+                    pricing,
+                    limits,
+                    now=self.now,
+                    until=until,
+                    phase_end=phase_end,
+                    most=agreed,
+                )
         return stretch if stretch.committed else None
 
-    def _running_lane(self, slot: int, cap: int) -> Lane:
-        lane = self._lanes[slot]
-        if lane is None or lane.cap != cap:
-            request = self._slot_request[slot]
-            assert request is not None
-            lane = self._lanes[slot] = walk_lane(
-                request.trace,
-                shared=request.shared,
-                pos=int(self._pos[slot]),
-                generated=int(self._gen[slot]),
-                context=int(self._ctx[slot]),
-                target=request.target,
-                cap=cap,
+    def _rule_steps(
+        self, stretch: Stretch
+    ) -> list[tuple[int, int, float, int, int, tuple[int, ...]]]:
+        """What the step rule hears of each of the stretch's steps, as a step alone tells it."""
+        drafts, accepted = self.spec_decode_counts()
+        per_step = stretch.accepted_by_step(len(accepted))
+        after = np.asarray(accepted, dtype=np.int64) + np.cumsum(per_step, axis=0)
+        drafted = drafts + np.cumsum(np.where(stretch.k > 0, stretch.decoding, 0))
+        starts = np.concatenate(([self.now], stretch.ends[:-1]))
+        return [
+            (int(batch), int(k), float(end - begin), int(prefill), int(d), tuple(row))
+            for batch, k, end, begin, prefill, d, row in zip(
+                stretch.decoding.tolist(),
+                stretch.k.tolist(),
+                stretch.ends.tolist(),
+                starts.tolist(),
+                stretch.prefill_tokens.tolist(),
+                drafted.tolist(),
+                after.tolist(),
+                strict=True,
             )
-        return lane
+        ]
 
-    def _entrant(self, request: _Request, cap: int) -> Entrant:
+    def _rule_agrees(self, rule: StepRule, stretch: Stretch) -> int:
+        """How many of the stretch's steps the rule would have run with the stretch's k (on
+        a copy of it, told of each step before asked about the next)."""
+        trial = copy.copy(rule)
+        scheduled = (stretch.decoding + stretch.first_tokens).tolist()
+        for step, heard in enumerate(self._rule_steps(stretch)):
+            if step and heard[0] and self._choose(trial, scheduled[step]) != heard[1]:
+                return step
+            trial.observe(*heard)
+        return stretch.committed
+
+    def _choose(self, rule: StepRule, scheduled: int) -> int:
+        k_max = self._spec.k_max
+        return max(0, min(rule.select(scheduled, k_max), k_max)) if k_max else 0
+
+    def _running_lanes(self, cap: int, horizon: int) -> list[Lane]:
+        """The running requests' lanes for ``cap``, ``horizon`` steps ahead: kept ones
+        walked on, the others walked afresh, all together."""
+        order = self._order
+        lanes = [self._lanes[slot] for slot in order]
+        stale = [i for i, lane in enumerate(lanes) if lane is None or lane.cap != cap]
+        for lane in lanes:
+            if lane is not None and lane.cap == cap:
+                lane.cover(horizon)
+        if stale:
+            slots = [order[i] for i in stale]
+            requests = [self._slot_request[slot] for slot in slots]
+            fresh = walk_lanes(
+                self._trace[slots],
+                self._tlen[slots],
+                pos=self._pos[slots],
+                generated=self._gen[slots],
+                context=self._ctx[slots],
+                target=self._target[slots],
+                cap=cap,
+                steps=horizon,
+                originals=[request.trace for request in requests if request is not None],
+            )
+            for i, slot, lane in zip(stale, slots, fresh, strict=True):
+                lanes[i] = self._lanes[slot] = lane
+        return [lane for lane in lanes if lane is not None]
+
+    def _entrant(self, request: _Request, cap: int, horizon: int) -> Entrant:
         chunk = request.prompt_len + request.generated
         generated = request.generated + 1
         lane = None
@@ -607,8 +719,10 @@ class SimulatedEngine:
                     context=chunk + 1,
                     target=request.target,
                     cap=cap,
+                    steps=horizon,
                 )
             lane.done = 0
+            lane.cover(horizon)
         return Entrant(chunk, request.prompt_len if request.first_token_ts < 0 else 0, lane)
 
     def _ahead_request(self, index: int, phase: int) -> _Request:
@@ -625,6 +739,9 @@ class SimulatedEngine:
 
     def _commit(self, stretch: Stretch, arrivals_until: float) -> StepResult:
         """Apply a stretch's committed steps: counters, histograms, requests, the clock."""
+        if self.step_rule is not None:
+            for heard in self._rule_steps(stretch):
+                self.step_rule.observe(*heard)
         start = self.now
         running = list(self._order)
         self._count_stretch(stretch, running)
@@ -779,12 +896,7 @@ class SimulatedEngine:
         budget = self.config.max_num_batched_tokens - decoding.size * lookahead
         chunks = self._schedule_prefills(start, budget, block, lookahead, used)
         scheduled = decoding.size + len(chunks)
-        if spec.k_max == 0 or decoding.size == 0:
-            k = 0
-        elif self._k_selector is not None:
-            k = max(0, min(self._k_selector(scheduled, spec.k_max), spec.k_max))
-        else:
-            k = self._k_for(scheduled)
+        k = self._k_for(scheduled) if decoding.size else 0
         prefill_tokens = sum(chunk for _, chunk in chunks)
         shape = EngineStep(
             batch=int(decoding.size),
@@ -821,6 +933,10 @@ class SimulatedEngine:
         self._update_gauges()
         self.last_k = k
         self._last_seconds = seconds
+        if self.step_rule is not None:
+            self.step_rule.observe(
+                int(decoding.size), k, end - start, prefill_tokens, *self.spec_decode_counts()
+            )
         return StepResult(start, end, int(decoding.size), prefill_tokens, k, emitted, finished)
 
     def _used_blocks(self, block: int, lookahead: int) -> int:
@@ -1076,22 +1192,23 @@ class SimulatedEngine:
 class _Requests:
     """An engine's requests as a stretch plans them (specops.sim._stretch.Requests):
     running by admission order, then waiting in queue order, then the closed loop's next
-    arrivals, drawn ahead for the mix phase ``phase``."""
+    arrivals, drawn ahead for the mix phase ``phase``; lanes walked ``horizon`` steps on."""
 
-    def __init__(self, engine: SimulatedEngine, phase: int) -> None:
+    def __init__(self, engine: SimulatedEngine, phase: int, horizon: int) -> None:
         self._engine = engine
         self._waiting = list(engine._waiting)
         self._phase = phase
+        self._horizon = horizon
 
-    def running_lane(self, index: int, cap: int) -> Lane:
-        return self._engine._running_lane(self._engine._order[index], cap)
+    def running_lanes(self, cap: int) -> list[Lane]:
+        return self._engine._running_lanes(cap, self._horizon)
 
     def chunk(self, index: int) -> int:
         request = self._request(index)
         return request.prompt_len + request.generated
 
     def entrant(self, index: int, cap: int) -> Entrant:
-        return self._engine._entrant(self._request(index), cap)
+        return self._engine._entrant(self._request(index), cap, self._horizon)
 
     def _request(self, index: int) -> _Request:
         if index < len(self._waiting):

@@ -57,8 +57,8 @@ class Requests(Protocol):
     """The engine's requests: running ones by admission order, then the queue: waiting
     ones (indices from 0), then a closed loop's next arrivals."""
 
-    def running_lane(self, index: int, cap: int) -> Lane:
-        """The lane of the ``index``-th running request, walked for ``cap``."""
+    def running_lanes(self, cap: int) -> list[Lane]:
+        """The running requests' lanes, in admission order, walked for ``cap``."""
 
     def chunk(self, index: int) -> int:
         """Tokens the prefill of the queued request at ``index`` computes."""
@@ -285,7 +285,7 @@ class _Planner:
         self.resumed: list[Entrant] = []
         self.blocked = False
         self.k = k
-        lanes = [requests.running_lane(index, k + 1) for index in range(running)]
+        lanes = requests.running_lanes(k + 1)
         spans = [(i, lane, 0, min(lane.steps - lane.done, horizon)) for i, lane in enumerate(lanes)]
         self.planned = Plan(k, horizon, [], [], [], {}, [], [], LaneSteps.of(spans))
         self.blocks = _Blocks(limits, horizon)
@@ -506,6 +506,17 @@ class Stretch:
     kv_blocks: int
     decodes: LaneSteps
 
+    def accepted_by_step(self, positions: int) -> Counts:
+        """Drafts accepted at each position (columns), step by step (rows)."""
+        decodes = self.decodes
+        accepted = decodes.high - decodes.low - 1
+        width = max(positions, self.plan.k) + 1
+        counts = np.bincount(
+            decodes.step * width + accepted, minlength=self.committed * width
+        ).reshape(self.committed, width)
+        at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]
+        return at_least[:, 1 : positions + 1]
+
     def events(self, arrivals_until: float) -> list[StepEvents]:
         """What happens to requests in the committed steps, step by step, in the order the
         scheduler does it; arrivals only after steps that end before ``arrivals_until``."""
@@ -563,11 +574,18 @@ def _per_step(index: Counts, steps: int, weights: Counts | None = None) -> Count
 
 
 def price(
-    planned: Plan, pricing: Pricing, limits: Limits, *, now: float, until: float, phase_end: float
+    planned: Plan,
+    pricing: Pricing,
+    limits: Limits,
+    *,
+    now: float,
+    until: float,
+    phase_end: float,
+    most: int | None = None,
 ) -> Stretch:
     """Sum the plan's lanes per step, time every step, and cut the stretch where stepping
     would differ: the first step that starts at or after ``until``, the step that crosses
-    ``phase_end`` (the workload's mix changes for arrivals after it)."""
+    ``phase_end`` (the workload's mix changes for arrivals after it), or ``most`` steps."""
     steps = planned.steps
     decodes = planned.all_decodes(steps)
     decoding = _per_step(decodes.step, steps)
@@ -591,7 +609,7 @@ def price(
         seconds = seconds * pricing.noise.peek(steps)
     ends = np.cumsum(np.concatenate(([now], seconds)))[1:]
     committed = min(
-        steps,
+        steps if most is None else most,
         1 + int(np.searchsorted(ends[:-1], until, side="left")),
         1 + int(np.searchsorted(ends, phase_end, side="left")),
     )
