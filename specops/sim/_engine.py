@@ -573,12 +573,14 @@ class SimulatedEngine:
             return most
         return max(1, int(min(most, (until - self.now) / self._last_seconds * 1.05 + 2)))
 
-    def _k_for(self, scheduled: int) -> int:
-        """k of a step that decodes, with ``scheduled`` requests."""
+    def _k_for(self, scheduled: int, rule: StepRule | None = None) -> int:
+        """k of a step that decodes, with ``scheduled`` requests (``rule``: as this copy of
+        the step rule would pick it)."""
         spec = self._spec
         if spec.k_max == 0:
             return 0
-        select = self._k_selector or (self.step_rule.select if self.step_rule else None)
+        rule = rule or self.step_rule
+        select = self._k_selector or (rule.select if rule else None)
         if select is not None:
             return max(0, min(select(scheduled, spec.k_max), spec.k_max))
         return spec.lookup[scheduled] if spec.lookup is not None else spec.k_max
@@ -668,14 +670,10 @@ class SimulatedEngine:
         trial = copy.copy(rule)
         scheduled = (stretch.decoding + stretch.first_tokens).tolist()
         for step, heard in enumerate(self._rule_steps(stretch)):
-            if step and heard[0] and self._choose(trial, scheduled[step]) != heard[1]:
+            if step and heard[0] and self._k_for(scheduled[step], trial) != heard[1]:
                 return step
             trial.observe(*heard)
         return stretch.committed
-
-    def _choose(self, rule: StepRule, scheduled: int) -> int:
-        k_max = self._spec.k_max
-        return max(0, min(rule.select(scheduled, k_max), k_max)) if k_max else 0
 
     def _running_lanes(self, cap: int, horizon: int) -> list[Lane]:
         """The running requests' lanes for ``cap``, ``horizon`` steps ahead: kept ones
@@ -688,7 +686,11 @@ class SimulatedEngine:
                 lane.cover(horizon)
         if stale:
             slots = [order[i] for i in stale]
-            requests = [self._slot_request[slot] for slot in slots]
+            traces = []
+            for slot in slots:
+                request = self._slot_request[slot]
+                assert request is not None
+                traces.append(request.trace)
             fresh = walk_lanes(
                 self._trace[slots],
                 self._tlen[slots],
@@ -698,7 +700,7 @@ class SimulatedEngine:
                 target=self._target[slots],
                 cap=cap,
                 steps=horizon,
-                originals=[request.trace for request in requests if request is not None],
+                originals=traces,
             )
             for i, slot, lane in zip(stale, slots, fresh, strict=True):
                 lanes[i] = self._lanes[slot] = lane

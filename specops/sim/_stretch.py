@@ -1,13 +1,15 @@
 """Stretches: many engine steps planned and priced at once, as stepping would run them.
 
-Between the steps that need the whole scheduler (a chunked prefill, a preemption, a request
-the KV cache cannot take, a change of k) consecutive steps differ only in who is in the
-batch. A stretch plans them request by request: each decoding request's tokens come from
-its lane (specops.sim._lanes), so only finishes, arrivals (a closed loop's replacements)
-and admissions are visited one at a time. Every per-step figure (batch, context, tokens,
-KV blocks, accepted drafts) is then summed over the lanes with numpy, the step times come
-from the truth's formula over arrays, and the stretch ends at the first step that stepping
-would run differently or that starts at or after the time asked for.
+Between the steps that need the whole scheduler (a chunked prefill, a change of k, a step
+that opens with a preemption) consecutive steps differ only in who is in the batch:
+requests finish, arrive (a closed loop's replacements), are admitted as far as slots, the
+token budget and the KV cache allow, and are preempted when the running ones outgrow the
+cache. A stretch plans them request by request: each decoding request's tokens come from
+its lane (specops.sim._lanes), so only those events are visited one at a time. Every
+per-step figure (batch, context, tokens, KV blocks, accepted drafts) is then summed over the
+lanes with numpy, the step times come from the truth's formula over arrays, and the stretch
+ends at the first step that stepping would run differently or that starts at or after the
+time asked for.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "Plan",
     "Pricing",
     "Requests",
+    "StepEvents",
     "Stretch",
     "plan",
     "price",
