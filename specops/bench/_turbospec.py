@@ -47,7 +47,8 @@ class GoodputRule:
         self._explore_left = explore_rounds
         self._xtx = np.eye(_FEATURES) * 1e-9
         self._xty = np.zeros(_FEATURES)
-        self._theta = np.zeros(_FEATURES)
+        # The fitted step-time coefficients of _features, as plain numbers for select.
+        self._weights: tuple[float, ...] = (0.0,) * _FEATURES
         self._since_fit = 0
         self._accepted = prior_acceptance
         self._attempts = 1.0
@@ -74,8 +75,11 @@ class GoodputRule:
             return k
         alpha = self.acceptance
         best_k, best = 0, -1.0
+        fixed, per_request, per_draft, drafting, per_drafting = self._weights
+        plain = fixed + per_request * batch
+        drafted = plain + drafting + per_drafting * batch
         for k in range(cap + 1):
-            step = float(self._theta @ _features(batch, k))
+            step = (drafted + per_draft * batch * k) if k else plain
             if step <= 0:
                 continue
             goodput = batch * expected_tokens_geometric(alpha, k) / step
@@ -99,7 +103,8 @@ class GoodputRule:
             self._xty = self._forget * self._xty + x * seconds
             self._since_fit += 1
             if self._since_fit >= self._refit_every:
-                self._theta = np.asarray(np.linalg.lstsq(self._xtx, self._xty)[0], dtype=np.float64)
+                theta = np.linalg.lstsq(self._xtx, self._xty)[0]
+                self._weights = tuple(float(w) for w in theta)
                 self._since_fit = 0
         new_drafts = drafts - self._drafts
         if new_drafts > 0 and k > 0:

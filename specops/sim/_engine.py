@@ -307,7 +307,9 @@ class SimulatedEngine:
         self.track_tokens = track_tokens
         self._k_selector: Callable[[int, int], int] | None = None
         self.step_rule: StepRule | None = None
-        """A rule that picks every step's k and hears how each went (see StepRule)."""
+        """A rule that picks every step's k and hears how each went (see StepRule). After
+        a stretch it is the copy of itself that heard the stretch's steps."""
+        self._rule_ahead: StepRule | None = None
         self.now = 0.0
         self.available_at = 0.0
         self.last_k = 0
@@ -622,8 +624,9 @@ class SimulatedEngine:
             family=spec.family,
         )
         stretch = price(planned, pricing, limits, now=self.now, until=until, phase_end=phase_end)
+        self._rule_ahead = None
         if self.step_rule is not None and stretch.committed > 1:
-            agreed = self._rule_agrees(self.step_rule, stretch)
+            agreed, self._rule_ahead = self._rule_agrees(self.step_rule, stretch)
             enough = max(_RULE_STRETCH, len(self._order) // 2)
             if agreed < enough:
                 # The rule changes k too often here for planning ahead (whose cost grows with
@@ -664,16 +667,17 @@ class SimulatedEngine:
             )
         ]
 
-    def _rule_agrees(self, rule: StepRule, stretch: Stretch) -> int:
-        """How many of the stretch's steps the rule would have run with the stretch's k (on
-        a copy of it, told of each step before asked about the next)."""
+    def _rule_agrees(self, rule: StepRule, stretch: Stretch) -> tuple[int, StepRule]:
+        """How many of the stretch's steps the rule would have run with the stretch's k,
+        and a copy of it that has heard those steps (told of each before asked about the
+        next)."""
         trial = copy.copy(rule)
         scheduled = (stretch.decoding + stretch.first_tokens).tolist()
         for step, heard in enumerate(self._rule_steps(stretch)):
             if step and heard[0] and self._k_for(scheduled[step], trial) != heard[1]:
-                return step
+                return step, trial
             trial.observe(*heard)
-        return stretch.committed
+        return stretch.committed, trial
 
     def _running_lanes(self, cap: int, horizon: int) -> list[Lane]:
         """The running requests' lanes for ``cap``, ``horizon`` steps ahead: kept ones
@@ -741,7 +745,10 @@ class SimulatedEngine:
 
     def _commit(self, stretch: Stretch, arrivals_until: float) -> StepResult:
         """Apply a stretch's committed steps: counters, histograms, requests, the clock."""
-        if self.step_rule is not None:
+        if self._rule_ahead is not None:
+            # The copy that heard the stretch's steps goes on as the rule.
+            self.step_rule, self._rule_ahead = self._rule_ahead, None
+        elif self.step_rule is not None:
             for heard in self._rule_steps(stretch):
                 self.step_rule.observe(*heard)
         start = self.now
