@@ -1,7 +1,8 @@
 """Run one policy over one load trace on the simulated engine, in virtual time.
 
-Closed-loop clients hold the trace's concurrency; the engine, built from the service's
-truth, steps; the controller predicts with the service's profile; the driver samples
+Closed-loop clients hold the trace's concurrency (the engine runs the closed loop itself
+between the times anything else happens); the engine, built from the service's truth,
+steps; the controller predicts with the service's profile; the driver samples
 ``vllm:num_requests_running`` every scrape period as a sidecar would, and splits the
 figures by trace segment. The controlled policy sees only what the engine's counters
 show over each window, and every reconfiguration it orders restarts the engine, which
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from math import ceil
+from math import ceil, floor, inf, nextafter
 
 import numpy as np
 from pydantic import ValidationError
@@ -218,12 +219,35 @@ class _Clients:
     def boundaries(self) -> list[float]:
         return self._starts
 
-    def target(self, now: float) -> int:
-        index = min(bisect_right(self._starts, now) - 1, len(self._segments) - 1)
+    def _index(self, now: float) -> int:
+        return min(bisect_right(self._starts, now) - 1, len(self._segments) - 1)
+
+    def _level(self, now: float) -> float:
+        """The concurrency before rounding: the segment's, times the period's noise."""
+        index = self._index(now)
         segment = self._segments[index]
         fraction = (now - self._starts[index]) / segment.duration_s
         base = segment.at(min(max(fraction, 0.0), 1.0))
-        return max(0, round(base * float(self._noise[int(now // self._period)])))
+        return base * float(self._noise[int(now // self._period)])
+
+    def target(self, now: float) -> int:
+        return max(0, round(self._level(now)))
+
+    def steady_until(self, now: float) -> float:
+        """A time after ``now`` before which ``target`` cannot change: the next segment or
+        noise period, or, in a ramp, when the concurrency reaches the next rounding."""
+        index = self._index(now)
+        until = min(self._starts[index + 1], (now // self._period + 1) * self._period)
+        segment = self._segments[index]
+        if segment.to is not None and segment.to != segment.concurrency:
+            noise = float(self._noise[int(now // self._period)])
+            slope = (segment.to - segment.concurrency) / segment.duration_s * noise
+            level = self._level(now)
+            if slope > 0:
+                until = min(until, now + (floor(level + 0.5) + 0.5 - level) / slope)
+            elif slope < 0:
+                until = min(until, now + (ceil(level - 0.5) - 0.5 - level) / slope)
+        return max(until, nextafter(now, inf))
 
 
 @dataclass
@@ -312,6 +336,19 @@ def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
         ) from exc
 
 
+def _advance(engine: SimulatedEngine, target: int, wake: float, last_k: int) -> int:
+    """Run the engine to ``wake`` with ``target`` clients (their number holds till then);
+    returns the k of the last step."""
+    if engine.now < engine.available_at:
+        engine.run_until(min(wake, engine.available_at))
+        return last_k
+    if not engine.has_work:
+        engine.run_until(wake)
+        return last_k
+    engine.run_until(wake, concurrency=target)
+    return engine.last_k
+
+
 def _run_trace(
     trace: LoadTrace,
     policy: Policy,
@@ -339,8 +376,7 @@ def _run_trace(
         truth=truth,
         seed=service.seed,
     )
-    if rule is not None:
-        engine.k_selector = rule.select
+    engine.step_rule = rule
     pod = _Pod(
         engine,
         service,
@@ -413,29 +449,13 @@ def _run_trace(
                 engine.restart(_vllm(service, decision.config), service.restart_downtime_s)
                 restarts += 1
             next_window += controller.window_s
-        want = clients.target(now) - engine.num_running - engine.num_waiting
-        for _ in range(want):
+        target = clients.target(now)
+        for _ in range(target - engine.num_running - engine.num_waiting):
             engine.add_request()
         wake = min(next_scrape, boundaries[index + 1], measure_from[index] if not opened else end)
         if state is not None:
             wake = min(wake, next_window)
-        if now < engine.available_at:
-            engine.run_until(min(wake, engine.available_at))
-        elif not engine.has_work:
-            engine.run_until(wake)
-        else:
-            step = engine.step()
-            last_k = step.k
-            if rule is not None:
-                metrics = engine.metrics()
-                rule.observe(
-                    step.decode_batch,
-                    step.k,
-                    step.end - step.start,
-                    step.prefill_tokens,
-                    metrics.counters["vllm:spec_decode_num_drafts"],
-                    metrics.accepted_per_position,
-                )
+        last_k = _advance(engine, target, min(wake, clients.steady_until(now)), last_k)
         finished.extend(engine.take_finished())
     return RunResult(
         policy=policy.name,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from specops.bench._report import TraceResults, oracle
 from specops.bench._run import (
@@ -11,6 +13,7 @@ from specops.bench._run import (
     FixedPolicy,
     GoodputRulePolicy,
     Policy,
+    RunResult,
     run_policy,
 )
 from specops.bench._spec import BenchError, BenchSuite, LoadTrace
@@ -19,7 +22,13 @@ from specops.errors import EngineConfigError
 from specops.policy import SpecConfig
 from specops.sim import load_truth, load_workload
 
-__all__ = ["VLLM_DOCUMENTED_TABLE", "compare_on_trace", "policies_for", "run_suite"]
+__all__ = [
+    "VLLM_DOCUMENTED_TABLE",
+    "compare_on_trace",
+    "default_jobs",
+    "policies_for",
+    "run_suite",
+]
 
 # vLLM's dynamic speculative decoding docs, Llama-3.1-8B + EAGLE-3.
 VLLM_DOCUMENTED_TABLE = SpecConfig.table(
@@ -79,35 +88,92 @@ def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
     ]
 
 
+def default_jobs() -> int:
+    """Worker processes for independent runs: two, or fewer on a smaller machine."""
+    return min(2, os.cpu_count() or 1)
+
+
+def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:
+    return [*policies_for(suite), *_truth_tables(trace, suite)]
+
+
+def _judge(
+    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult]
+) -> TraceResults:
+    """The oracle per segment: it picks among the fixed configs, the truth's best tables and
+    the per-step rule, whichever did best in hindsight (never the controller)."""
+    pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
+    return oracle(trace, runs, pool)
+
+
 def compare_on_trace(
     suite: BenchSuite, trace: LoadTrace, progress: Callable[[str], None] = lambda _: None
 ) -> TraceResults:
-    """Every policy of the suite on one trace, and the oracle per segment: it picks among
-    the fixed configs, the truth's best tables and the per-step rule, whichever did best in
-    hindsight (never the controller)."""
+    """Every policy of the suite on one trace, and the oracle per segment (see ``_judge``)."""
     runs = {}
-    candidates = [*policies_for(suite), *_truth_tables(trace, suite)]
+    candidates = _candidates(suite, trace)
     for policy in candidates:
         progress(f"{trace.name}: {policy.name}")
         runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-    pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
-    return oracle(trace, runs, pool)
+    return _judge(trace, candidates, runs)
+
+
+def _run_all(
+    runs: Sequence[tuple[LoadTrace, Policy, BenchSuite]],
+    progress: Callable[[str], None],
+    jobs: int,
+) -> list[RunResult]:
+    """``run_policy`` for every (trace, policy, suite), in order; with ``jobs`` > 1 in that
+    many processes (each run is independent and seeded, so the results are the same), the
+    per-step rule's runs, the slowest, handed out first."""
+    if jobs <= 1 or len(runs) <= 1:
+        results = []
+        for trace, policy, suite in runs:
+            progress(f"{trace.name}: {policy.name}")
+            results.append(run_policy(trace, policy, suite.service, suite.controller))
+        return results
+    order = sorted(range(len(runs)), key=lambda i: not isinstance(runs[i][1], GoodputRulePolicy))
+    done: dict[int, RunResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            pool.submit(
+                run_policy, runs[i][0], runs[i][1], runs[i][2].service, runs[i][2].controller
+            ): i
+            for i in order
+        }
+        for future in as_completed(futures):
+            index = futures[future]
+            done[index] = future.result()
+            trace, policy, _ = runs[index]
+            progress(f"{trace.name}: {policy.name} done ({len(done)}/{len(runs)})")
+    return [done[i] for i in range(len(runs))]
 
 
 def run_suite(
     suite: BenchSuite,
     traces: Sequence[LoadTrace],
     progress: Callable[[str], None] = lambda _: None,
+    jobs: int = 1,
 ) -> list[TraceResults]:
     """Every trace on every truth of the suite; with several truths a trace's results are
-    named ``trace@truth``."""
+    named ``trace@truth``. Independent runs go to ``jobs`` processes."""
     truths = suite.truth_axis
-    out = []
+    cases: list[tuple[LoadTrace, list[Policy], BenchSuite]] = []
     for truth in truths:
         on_truth = suite.model_copy(
             update={"service": suite.service.model_copy(update={"truth": truth})}
         )
         for trace in traces:
             named = trace.model_copy(update={"name": f"{trace.name}@{truth}"})
-            out.append(compare_on_trace(on_truth, named if len(truths) > 1 else trace, progress))
+            cases.append(
+                (named if len(truths) > 1 else trace, _candidates(on_truth, trace), on_truth)
+            )
+    runs = [
+        (trace, policy, on_truth) for trace, candidates, on_truth in cases for policy in candidates
+    ]
+    results = iter(_run_all(runs, progress, jobs))
+    out = []
+    for trace, candidates, _ in cases:
+        by_name = {policy.name: next(results) for policy in candidates}
+        out.append(_judge(trace, candidates, by_name))
     return out

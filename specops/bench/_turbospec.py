@@ -28,7 +28,9 @@ def _features(batch: int, k: int) -> npt.NDArray[np.float64]:
 
 
 class GoodputRule:
-    """Call ``select`` before a step (the engine's k rule) and ``observe`` after it."""
+    """Call ``select`` before a step (the engine's k rule) and ``observe`` after it: the
+    engine does both as its ``step_rule``. ``observe`` replaces its arrays rather than
+    changing them, so a copy of a rule is a snapshot of it."""
 
     def __init__(
         self,
@@ -45,13 +47,20 @@ class GoodputRule:
         self._explore_left = explore_rounds
         self._xtx = np.eye(_FEATURES) * 1e-9
         self._xty = np.zeros(_FEATURES)
-        self._theta = np.zeros(_FEATURES)
+        # The fitted step-time coefficients of _features, as plain numbers for select.
+        self._weights: tuple[float, ...] = (0.0,) * _FEATURES
         self._since_fit = 0
         self._accepted = prior_acceptance
         self._attempts = 1.0
         self._next_explore = 0
         self._drafts = 0
         self._per_position: tuple[int, ...] = ()
+
+    @property
+    def settled(self) -> bool:
+        """Exploration is over: ``select`` only reads the state (the engine may then ask it
+        about steps ahead; see specops.sim.StepRule)."""
+        return self._explore_left == 0
 
     @property
     def acceptance(self) -> float:
@@ -66,8 +75,11 @@ class GoodputRule:
             return k
         alpha = self.acceptance
         best_k, best = 0, -1.0
+        fixed, per_request, per_draft, drafting, per_drafting = self._weights
+        plain = fixed + per_request * batch
+        drafted = plain + drafting + per_drafting * batch
         for k in range(cap + 1):
-            step = float(self._theta @ _features(batch, k))
+            step = (drafted + per_draft * batch * k) if k else plain
             if step <= 0:
                 continue
             goodput = batch * expected_tokens_geometric(alpha, k) / step
@@ -91,7 +103,8 @@ class GoodputRule:
             self._xty = self._forget * self._xty + x * seconds
             self._since_fit += 1
             if self._since_fit >= self._refit_every:
-                self._theta = np.asarray(np.linalg.lstsq(self._xtx, self._xty)[0], dtype=np.float64)
+                theta = np.linalg.lstsq(self._xtx, self._xty)[0]
+                self._weights = tuple(float(w) for w in theta)
                 self._since_fit = 0
         new_drafts = drafts - self._drafts
         if new_drafts > 0 and k > 0:

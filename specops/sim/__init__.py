@@ -21,8 +21,15 @@ Stable API (the policy benchmark drives it; keep these names and meanings)::
 
 ``engine.now`` is the clock (seconds); ``step()`` runs one step and returns a StepResult
 (its start and end, decode batch, k, tokens per request when ``track_tokens=True``,
-finished requests). The engine never reads a clock and does no I/O: the HTTP server
-(``specops sim serve``) paces ``step()`` against real time.
+finished requests). ``run_until(t, concurrency=n)`` runs a closed loop of n clients to t.
+The engine never reads a clock and does no I/O: the HTTP server (``specops sim serve``)
+paces ``step()`` against real time.
+
+Steps run a stretch at a time (``stepping="bulk"``, the default: whole stretches between
+the steps that need the full scheduler are planned request by request and summed with
+numpy) or one by one (``"single"``); on the same seeds both give the same run
+(tests/sim/test_bulk_equivalence.py). ``specops sim bench-speed`` measures how far ahead of
+real time one engine runs, for every truth and batch.
 
 The engine's physics (step time, KV capacity, noise) is an ``EngineTruth`` loaded from
 data (``specops/sim/truths/*.yaml``, see the README there), never the controller's
@@ -35,6 +42,7 @@ from specops.sim._engine import (
     FinishedRequest,
     SimulatedEngine,
     StepResult,
+    StepRule,
     k_lookup_table,
     parse_speculative_config,
 )
@@ -44,6 +52,7 @@ from specops.sim._truth import (
     DEFAULT_TRUTH,
     DraftTruth,
     EngineStep,
+    EngineSteps,
     EngineTruth,
     TableTruth,
     TargetTruth,
@@ -76,6 +85,7 @@ __all__ = [
     "EngineConfig",
     "EngineMetrics",
     "EngineStep",
+    "EngineSteps",
     "EngineTruth",
     "FinishedRequest",
     "HistogramSnapshot",
@@ -84,6 +94,7 @@ __all__ = [
     "ParametricComponent",
     "SimulatedEngine",
     "StepResult",
+    "StepRule",
     "TableTruth",
     "TargetTruth",
     "TraceComponent",

@@ -61,10 +61,11 @@ class EngineMetrics:
 
 
 class _Histogram:
-    __slots__ = ("bounds", "counts", "total")
+    __slots__ = ("bounds", "counts", "edges", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
+        self.edges = np.asarray(bounds, dtype=np.float64)
         self.counts: npt.NDArray[np.int64] = np.zeros(len(bounds) + 1, dtype=np.int64)
         self.total = 0.0
 
@@ -72,11 +73,14 @@ class _Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
-    def observe_many(self, values: npt.NDArray[np.float64]) -> None:
+    def observe_many(
+        self, values: npt.NDArray[np.float64], times: npt.NDArray[np.int64] | None = None
+    ) -> None:
+        """Observe every value, each ``times[i]`` times when given (a stretch's steps)."""
         if values.size:
-            index = np.searchsorted(self.bounds, values, side="left")
-            self.counts += np.bincount(index, minlength=self.counts.size)
-            self.total += float(values.sum())
+            index = np.searchsorted(self.edges, values, side="left")
+            self.counts += np.bincount(index, times, minlength=self.counts.size).astype(np.int64)
+            self.total += float(values.sum() if times is None else values @ times)
 
     def snapshot(self) -> HistogramSnapshot:
         cumulative = tuple(int(c) for c in np.cumsum(self.counts))

@@ -307,39 +307,13 @@ class _Server:
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         if self.dead:
             return _error("the engine is dead", HTTPStatus.INTERNAL_SERVER_ERROR, "EngineDeadError")
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(
-                "the request body is not valid JSON", HTTPStatus.BAD_REQUEST, "BadRequestError"
-            )
-        if not isinstance(body, dict):
-            return _error(
-                "the request body must be a JSON object", HTTPStatus.BAD_REQUEST, "BadRequestError"
-            )
-        model = body.get("model", self.options.served_model_name)
-        if model != self.options.served_model_name:
-            return _error(
-                f"The model `{model}` does not exist.",
-                HTTPStatus.NOT_FOUND,
-                "NotFoundError",
-                "model",
-            )
-        try:
-            prompt_tokens = _prompt_tokens(body, chat)
-            key = (
-                "max_completion_tokens"
-                if chat and "max_completion_tokens" in body
-                else "max_tokens"
-            )
-            max_tokens = _int_field(body, key, None if chat else 16, 1)
-            if _int_field(body, "n", 1, 1) != 1:
-                raise _BadRequest("only n=1 is supported", "n")
-            max_tokens = _fitted_max_tokens(
-                self.engine.config.max_model_len, prompt_tokens, max_tokens, key
-            )
-        except _BadRequest as exc:
-            return _error(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError", exc.param)
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        lengths = self._lengths(body, chat)
+        if isinstance(lengths, web.Response):
+            return lengths
+        prompt_tokens, max_tokens = lengths
         stream = bool(body.get("stream", False))
         options = body.get("stream_options") or {}
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
@@ -378,6 +352,48 @@ class _Server:
             if not self._streams:
                 self._idle.set()
             self.engine.abort(request_id)  # a no-op once the request has finished
+
+    def _lengths(self, body: dict[str, Any], chat: bool) -> tuple[int, int] | web.Response:
+        """The request's prompt tokens and fitted max_tokens, or vLLM's error response."""
+        model = body.get("model", self.options.served_model_name)
+        if model != self.options.served_model_name:
+            return _error(
+                f"The model `{model}` does not exist.",
+                HTTPStatus.NOT_FOUND,
+                "NotFoundError",
+                "model",
+            )
+        try:
+            prompt_tokens = _prompt_tokens(body, chat)
+            key = (
+                "max_completion_tokens"
+                if chat and "max_completion_tokens" in body
+                else "max_tokens"
+            )
+            max_tokens = _int_field(body, key, None if chat else 16, 1)
+            if _int_field(body, "n", 1, 1) != 1:
+                raise _BadRequest("only n=1 is supported", "n")
+            fitted = _fitted_max_tokens(
+                self.engine.config.max_model_len, prompt_tokens, max_tokens, key
+            )
+        except _BadRequest as exc:
+            return _error(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError", exc.param)
+        return prompt_tokens, fitted
+
+
+async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object body, or vLLM's error response."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _error(
+            "the request body is not valid JSON", HTTPStatus.BAD_REQUEST, "BadRequestError"
+        )
+    if not isinstance(body, dict):
+        return _error(
+            "the request body must be a JSON object", HTTPStatus.BAD_REQUEST, "BadRequestError"
+        )
+    return body
 
 
 class _Responder:

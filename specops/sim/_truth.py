@@ -11,6 +11,10 @@ there); the step time is a pure function of the step's shape (``EngineStep``)::
     target = gemm + attn + comm_s + comm_s_per_token * N
     step   = target + overhead_s + speculation + table.penalty_s (while a table is set)
 
+Every formula takes one step (``EngineStep``, plain numbers) or many (``EngineSteps``, one
+array entry per step), so a stretch of steps is priced in one pass with the same arithmetic
+as a single step.
+
 ``knee(a, b)`` is the soft maximum ``(a**p + b**p) ** (1 / p)`` of memory time and compute
 time (p = ``knee``; omitted: the hard maximum; 1: their sum, the additive fit). The weight
 GEMMs and attention are separate kernels, each bound by its own roofline, so they add.
@@ -26,8 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
+import numpy.typing as npt
 import yaml
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -38,6 +44,7 @@ __all__ = [
     "DEFAULT_TRUTH",
     "DraftTruth",
     "EngineStep",
+    "EngineSteps",
     "EngineTruth",
     "TableTruth",
     "TargetTruth",
@@ -51,6 +58,10 @@ TRUTH_DIR = Path(__file__).parent / "truths"
 DEFAULT_TRUTH = "llama3.1-8b-h100-eagle3"
 
 _STRICT = ConfigDict(extra="forbid")
+Counts = npt.NDArray[np.int64]
+Times = npt.NDArray[np.floating[Any]]
+Count = int | Counts
+Number = float | Times
 Seconds = Annotated[float, Field(ge=0)]
 Positive = Annotated[float, Field(gt=0)]
 
@@ -75,6 +86,36 @@ class EngineStep:
     family: DraftFamily = DraftFamily.NETWORK
 
 
+@dataclass(frozen=True, slots=True)
+class EngineSteps:
+    """The shapes of many steps of one engine configuration: one array entry per step."""
+
+    batch: Counts
+    k: Counts
+    context_tokens: Counts
+    prefill_tokens: Counts
+    prefill_context_tokens: Counts
+    table: bool = False
+    speculative: bool = False
+    family: DraftFamily = DraftFamily.NETWORK
+
+    @classmethod
+    def of(cls, step: EngineStep) -> EngineSteps:
+        def one(value: int) -> Counts:
+            return np.array([value], dtype=np.int64)
+
+        return cls(
+            batch=one(step.batch),
+            k=one(step.k),
+            context_tokens=one(step.context_tokens),
+            prefill_tokens=one(step.prefill_tokens),
+            prefill_context_tokens=one(step.prefill_context_tokens),
+            table=step.table,
+            speculative=step.speculative,
+            family=step.family,
+        )
+
+
 @dataclass(frozen=True)
 class TargetTruth:
     """The target model's forward pass: two rooflines (weight GEMMs, attention) and TP."""
@@ -91,13 +132,13 @@ class TargetTruth:
     comm_s: Seconds = 0.0
     comm_s_per_token: Seconds = 0.0
 
-    def forward(self, step: EngineStep) -> float:
-        tokens = step.batch * (step.k + 1) + step.prefill_tokens
+    def forward(self, steps: EngineStep | EngineSteps) -> Number:
+        tokens = steps.batch * (steps.k + 1) + steps.prefill_tokens
         rate = self.peak_flops * self.efficiency
         gemm = _soft_max(self.weights_s, self.flops_per_token * tokens / rate, self.knee)
         attention = _soft_max(
-            self.kv_s_per_token * (step.context_tokens + step.prefill_context_tokens),
-            self.attention_flops_per_pair * (step.k + 1) * step.context_tokens / rate,
+            self.kv_s_per_token * (steps.context_tokens + steps.prefill_context_tokens),
+            self.attention_flops_per_pair * (steps.k + 1) * steps.context_tokens / rate,
             self.knee,
         )
         return gemm + attention + self.comm_s + self.comm_s_per_token * tokens
@@ -115,7 +156,7 @@ class DraftTruth:
     kv_s_per_token: Seconds
     kv_tokens: Annotated[int, Field(ge=0)]
 
-    def seconds(self, batch: int, positions: int, kv_tokens: int) -> float:
+    def seconds(self, batch: Count, positions: Count, kv_tokens: Count) -> Number:
         return (
             self.fixed_s
             + positions * (self.per_position_s + self.per_token_s * batch)
@@ -178,23 +219,31 @@ class EngineTruth:
 
     def step_time(self, step: EngineStep) -> float:
         """Seconds for one step, before noise and any pod slowdown."""
-        forward = self.target.forward(step)
+        return float(self._seconds(step))
+
+    def step_times(self, steps: EngineSteps) -> Times:
+        """Seconds for each step, before noise and any pod slowdown."""
+        return np.asarray(self._seconds(steps), dtype=np.float64)
+
+    def _seconds(self, steps: EngineStep | EngineSteps) -> Number:
+        forward = self.target.forward(steps)
         seconds = forward + self.overhead_s
-        if step.table:
-            seconds += self.table.penalty_s
-        if not step.speculative or step.batch == 0:
+        if steps.table:
+            seconds = seconds + self.table.penalty_s
+        if not steps.speculative:
             return seconds
-        positions = step.k or (self.table.zero_row_draft_positions if step.table else 0)
-        if positions == 0:
-            return seconds
-        if step.family is DraftFamily.LOOKUP:
-            seconds += self.lookup_fraction * forward
+        zero_row = self.table.zero_row_draft_positions if steps.table else 0
+        positions = _where(steps.k > 0, steps.k, zero_row)
+        drafting = (steps.batch > 0) & (positions > 0)
+        if steps.family is DraftFamily.LOOKUP:
+            draft = self.lookup_fraction * forward
         else:
-            kv = step.context_tokens + step.prefill_context_tokens
-            seconds += self.draft.seconds(step.batch, positions, kv)
-        if step.k:
-            seconds += self.verify.fixed_s + self.verify.per_token_s * step.batch * step.k
-        return seconds
+            kv = steps.context_tokens + steps.prefill_context_tokens
+            draft = self.draft.seconds(steps.batch, positions, kv)
+        seconds = _where(drafting, seconds + draft, seconds)
+        verify = self.verify.fixed_s + self.verify.per_token_s * steps.batch * steps.k
+        priced: Number = _where(drafting & (steps.k > 0), seconds + verify, seconds)
+        return priced
 
     def kv_capacity(self, family: DraftFamily | None) -> int:
         """KV-cache tokens left for requests: all of them, less a draft network's share."""
@@ -203,15 +252,31 @@ class EngineTruth:
         return self.kv_cache_tokens
 
 
-def _soft_max(memory: float, compute: float, p: float | None) -> float:
+def _where(condition: Any, yes: Any, no: Any) -> Any:
+    """``numpy.where`` for arrays, a plain choice for one step (the same arithmetic)."""
+    if isinstance(condition, np.ndarray):
+        return np.where(condition, yes, no)
+    return yes if condition else no
+
+
+def _soft_max(memory: Number, compute: Number, p: float | None) -> Number:
+    if isinstance(memory, np.ndarray) or isinstance(compute, np.ndarray):
+        top: Number = np.maximum(memory, compute)
+    else:
+        top = max(memory, compute)
     if p is None:
-        return max(memory, compute)
+        return top
     if p == 1:
         return memory + compute
-    top = max(memory, compute)
-    if top == 0:
-        return 0.0
-    return float(top * ((memory / top) ** p + (compute / top) ** p) ** (1 / p))
+    if not isinstance(top, np.ndarray):
+        return 0.0 if top == 0 else _knee(memory, compute, top, p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        knee: Times = np.where(top > 0, _knee(memory, compute, top, p), 0.0)
+    return knee
+
+
+def _knee(memory: Number, compute: Number, top: Number, p: float) -> Number:
+    return top * ((memory / top) ** p + (compute / top) ** p) ** (1 / p)
 
 
 _ADAPTER: TypeAdapter[EngineTruth] = TypeAdapter(EngineTruth)

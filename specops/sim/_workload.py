@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -213,11 +214,16 @@ BUILTIN_WORKLOADS: dict[str, WorkloadSpec] = {
 
 @dataclass(frozen=True)
 class DrawnRequest:
-    """One request's shape: its lengths and its acceptance trace for the engine's draft family."""
+    """One request's shape: its lengths and its acceptance trace for the engine's draft family.
+
+    ``shared``: the trace is a calibration row that every draw of the row returns (the same
+    array), so what the engine derives from it can be kept for the next draw.
+    """
 
     prompt_len: int
     output_len: int
     trace: IntArray
+    shared: bool = False
 
 
 class Workload:
@@ -234,11 +240,13 @@ class Workload:
         }
         phases = spec.phases or (MixPhase(start_s=0.0, weights=dict.fromkeys(self._names, 1.0)),)
         self._starts = [phase.start_s for phase in phases]
-        self._weights = [
-            np.asarray([phase.weights.get(n, 0.0) for n in self._names])
-            / sum(phase.weights.values())
-            for phase in phases
-        ]
+        # Generator.choice(p=...) draws one uniform and bisects the normalised cumulative
+        # weights; doing the same directly keeps its stream at a fraction of its cost.
+        self._cdf: list[list[float]] = []
+        for phase in phases:
+            total = sum(phase.weights.values())
+            cdf = np.cumsum([phase.weights.get(n, 0.0) / total for n in self._names])
+            self._cdf.append((cdf / cdf[-1]).tolist())
 
     @property
     def max_trace_len(self) -> int:
@@ -249,9 +257,28 @@ class Workload:
                 lengths.append(component.output_len.max or 8 * component.output_len.mean)
         return max(lengths)
 
+    def phase(self, now: float) -> int:
+        """The index of the mix phase in force at ``now``."""
+        return bisect_right(self._starts, now) - 1
+
+    def next_phase_start(self, now: float) -> float:
+        """When the mix next changes after ``now`` (infinity: never)."""
+        following = self.phase(now) + 1
+        return self._starts[following] if following < len(self._starts) else float("inf")
+
     def draw(self, now: float, family: DraftFamily) -> DrawnRequest:
-        phase = int(np.searchsorted(self._starts, now, side="right")) - 1
-        name = self._names[int(self._rng.choice(len(self._names), p=self._weights[phase]))]
+        return self.draw_in(self.phase(now), family)
+
+    def stream(self) -> dict[str, object]:
+        """Where the draws stand: ``rewind`` to it and the next draws are drawn again."""
+        return dict(self._rng.bit_generator.state)
+
+    def rewind(self, stream: dict[str, object]) -> None:
+        self._rng.bit_generator.state = stream
+
+    def draw_in(self, phase: int, family: DraftFamily) -> DrawnRequest:
+        """A request as ``draw`` makes it for a time in mix phase ``phase``."""
+        name = self._names[bisect_right(self._cdf[phase], self._rng.random())]
         component = self.spec.components[name]
         if isinstance(component, TraceComponent):
             traces = self._traces[name]
@@ -260,6 +287,7 @@ class Workload:
                 prompt_len=int(traces.prompt_len[row]),
                 output_len=int(traces.output_len[row]),
                 trace=traces.traces(family)[row],
+                shared=True,
             )
         output_len = min(component.output_len.draw(self._rng), self.max_trace_len)
         rates = component.network

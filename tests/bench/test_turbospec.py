@@ -51,3 +51,28 @@ def test_engine_takes_k_from_the_rule_within_its_cap() -> None:
     assert ks <= {0, 3} and 3 in ks
     engine.k_selector = lambda batch, cap: 1
     assert engine.step().k == 1
+
+
+def test_the_rule_as_step_rule_runs_the_same_in_stretches_as_alone() -> None:
+    """Told of every step, in stretches (checked ahead on a copy) or alone: the same run."""
+    spec = parse_speculative_config(
+        '{"method": "eagle3", "model": "d", "num_speculative_tokens": 5}'
+    )
+    runs = {}
+    for stepping in ("single", "bulk"):
+        engine = SimulatedEngine(
+            Workload(load_workload("sharegpt"), seed=1),
+            EngineConfig(max_num_seqs=16, speculative=spec),
+            seed=2,
+            stepping=stepping,
+        )
+        engine.step_rule = GoodputRule()
+        while engine.now < 40.0:
+            for _ in range(16 - engine.num_running - engine.num_waiting):
+                engine.add_request()
+            engine.run_until(engine.now + 2.0, concurrency=16)
+        runs[stepping] = (engine.now, engine.metrics(), engine.step_rule.acceptance)
+    (now, single, acceptance), (bulk_now, bulk, bulk_acceptance) = runs["single"], runs["bulk"]
+    assert bulk_now == now and bulk_acceptance == acceptance
+    assert bulk.counters == single.counters
+    assert bulk.accepted_per_position == single.accepted_per_position
