@@ -17,7 +17,7 @@ from specops.control import (
     decide,
     service_window,
 )
-from specops.observation import EstimateStatus
+from specops.observation import CostObservation, CostPointObservation, EstimateStatus
 from specops.observation import Observation as PodObservation
 from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
@@ -152,3 +152,46 @@ def test_without_a_cost_model_the_loop_only_follows_rollouts() -> None:
     state = ControllerState.initial(SpecConfig.static(3))
     decision = decide(state, observation, None, ControlSettings(), NOW)
     assert (decision.action, decision.code) == (Action.WITHHOLD, ReasonCode.NO_COST_MODEL)
+
+
+def _with_cost_points(
+    pod: PodObservation, points: Sequence[CostPointObservation]
+) -> PodObservation:
+    window = pod.windows[0]
+    cost = CostObservation(status=EstimateStatus.OK, points=list(points))
+    return pod.model_copy(update={"windows": [window.model_copy(update={"cost": cost})]})
+
+
+def test_steps_count_as_drafting_by_the_requests_that_decoded_not_those_running() -> None:
+    # Load ramping up: 10 requests running on average, only 6 of them decoding (the rest
+    # still prefilling), each of those drafting: every step drafted.
+    ramp = CostPointObservation(
+        batched_tokens=40.0,
+        step_seconds=0.01,
+        steps=100,
+        batch=10,
+        drafted_tokens=18,
+        drafts=6,
+        decoding=6,
+        end=NOW - 10,
+    )
+    # A k = 0 row of a per-batch-size table: requests decode, none drafts.
+    zero_row = CostPointObservation(
+        batched_tokens=150.0, step_seconds=0.01, steps=100, batch=150, decoding=150, end=NOW - 8
+    )
+    # A sidecar that does not report the decoding requests: the running ones stand in.
+    legacy = CostPointObservation(
+        batched_tokens=40.0,
+        step_seconds=0.01,
+        steps=100,
+        batch=10,
+        drafted_tokens=18,
+        drafts=6,
+        end=NOW - 6,
+    )
+    pod = _with_cost_points(
+        pod_observation("a", at=NOW, running=[10] * 30), [ramp, zero_row, legacy]
+    )
+    points = _window([pod]).observation.cost_points
+    assert [p.speculating for p in points] == pytest.approx([1.0, 0.0, 0.6])
+    assert [p.positions for p in points] == pytest.approx([3.0, 0.0, 1.8])
