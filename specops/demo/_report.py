@@ -575,21 +575,30 @@ def summary_json(record: RunRecord) -> dict[str, Any]:
 # -- plots -------------------------------------------------------------------------------
 
 
-def _crossover_steps(replay: Replay) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Over the replay's decisions: when, the batch above which no k pays, and its band
-    (the band of the k whose crossover that is)."""
-    times, batches, lows, highs = [], [], [], []
-    for d in replay.controlled.decisions:
+def _crossover_spans(
+    replay: Replay, end: float
+) -> list[tuple[float, float, float, tuple[float, float] | None]]:
+    """(from, to, batch, band) of the batch above which no k pays, from each replay
+    decision that measured crossovers until the next one; a span where some k pays at
+    every batch size is left out, and so is a band that says nothing (from batch 1, or
+    beyond the cap)."""
+    measured = [d for d in replay.controlled.decisions if d.crossovers]
+    spans = []
+    for d, following in zip(measured, [*measured[1:], None], strict=True):
         last = _last_crossover(d.crossovers)
         if last is None:
             continue
         k, batch = last
-        band = {kk: (low, high) for kk, low, high in d.crossover_bands}.get(k, (None, None))
-        times.append(d.at)
-        batches.append(float(batch))
-        lows.append(float(band[0] if band[0] is not None else batch))
-        highs.append(float(band[1] if band[1] is not None else batch))
-    return times, batches, lows, highs
+        low, high = {kk: (lo, hi) for kk, lo, hi in d.crossover_bands}.get(k, (None, None))
+        band = (float(low), float(high)) if low and low > 1 and high is not None else None
+        spans.append((d.at, following.at if following else end, float(batch), band))
+    return spans
+
+
+def _live_crossover(decision: DecisionView) -> float:
+    """The batch above which no k pays, as the live decision measured it (NaN: none)."""
+    last = decision.last_crossover
+    return float("nan") if last is None or last.batch is None else float(last.batch)
 
 
 def _load_axis(ax: Axes, record: RunRecord) -> None:
@@ -616,28 +625,24 @@ def _load_axis(ax: Axes, record: RunRecord) -> None:
         ls="--",
         lw=0.8,
     )
-    times, batches, lows, highs = _crossover_steps(replay)
-    if times:
-        ends = [*times[1:], record.trace.duration_s]
-        for start, end, batch, low, high in zip(times, ends, batches, lows, highs, strict=True):
-            ax.hlines(batch, start, end, color="red", lw=1.5)
-            ax.fill_between([start, end], low, high, color="red", alpha=0.12, lw=0)
-        ax.plot([], [], color="red", label="measured crossover: no k pays above (replay)")
-    live = [
-        (s.elapsed_s, s.decision.last_crossover.batch)
-        for s in snaps
-        if s.decision is not None
-        and s.decision.last_crossover is not None
-        and s.decision.last_crossover.batch is not None
-    ]
-    if live:
+    spans = _crossover_spans(replay, record.trace.duration_s)
+    for start, end, batch, band in spans:
+        ax.hlines(batch, start, end, color="red", lw=1.5)
+        if band is not None:
+            ax.fill_between([start, end], *band, color="red", alpha=0.12, lw=0)
+    if spans:
+        ax.plot(
+            [], [], color="red", label="measured crossover, replay: no k pays above (10-90 % band)"
+        )
+    live = [(s.elapsed_s, _live_crossover(s.decision)) for s in snaps if s.decision is not None]
+    if any(b == b for _, b in live):
         ax.step(
             [t for t, _ in live],
             [b for _, b in live],
             where="post",
             color="darkred",
             ls=":",
-            label="measured crossover (live controller)",
+            label="measured crossover, live controller",
         )
     ax.set_ylabel("requests")
     ax.legend(loc="upper left", fontsize="x-small")

@@ -4,6 +4,14 @@ A thin shell: requests are parsed into ``add_request`` calls, one task paces
 ``engine.step()`` against the event loop's clock, and each step's tokens are handed
 to the waiting responses. /metrics renders the engine's snapshot as vLLM does.
 
+A step that starts late because the event loop was busy, or the process waited for a CPU,
+is not a slower step: a busy engine keeps its own schedule and steps back to back until it
+has caught up, as long as it is less than ``_CATCH_UP_S`` behind the clock (further behind,
+it drops the rest: the machine cannot keep up). Resuming each step only when the loop got
+to it made every step about 2 ms longer than its truth on a busy two-core machine (1.2x at
+low load). An idle engine starts again at the clock; a request that arrives while the
+engine catches up arrives at the engine's own time, so no latency counts the lag.
+
 ``serve`` stops on SIGTERM or SIGINT as vLLM 0.33.0's API server does with
 ``--shutdown-timeout``: the listener stays open but new requests are refused, the engine
 keeps stepping so running requests (streams included) finish, and whatever is still
@@ -51,6 +59,8 @@ _WORDS = (
 
 # Once every request has its last item, how long their handlers get to write it out.
 _HANDLER_GRACE_S = 5.0
+# How far a busy engine may fall behind the clock and still catch up.
+_CATCH_UP_S = 0.25
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -171,6 +181,14 @@ class _Server:
         """Engine seconds now: the event loop's clock since the engine started."""
         return asyncio.get_running_loop().time() - self._origin
 
+    def arrival(self) -> float:
+        """When a request arriving now arrives on the engine's clock: the clock, or, while
+        a busy engine catches up, the engine's own time."""
+        now = self.clock()
+        if not self.engine.has_work:
+            return now
+        return min(now, max(self.engine.now, now - _CATCH_UP_S))
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self, _: web.Application) -> None:
@@ -222,7 +240,8 @@ class _Server:
             if not engine.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-            engine.now = max(engine.now, self.clock())
+                engine.now = max(engine.now, self.clock())
+            engine.now = max(engine.now, self.clock() - _CATCH_UP_S)
             result = engine.step()
             delay = result.end - self.clock()
             if delay > 0:
@@ -330,7 +349,7 @@ class _Server:
         self._idle.clear()
         self.engine.add_request(
             request_id,
-            arrival=self.clock(),
+            arrival=self.arrival(),
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             ignore_eos=bool(body.get("ignore_eos", False)),

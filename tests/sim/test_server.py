@@ -1,6 +1,7 @@
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import suppress
 
@@ -8,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
+from specops.sim import EngineConfig, SimulatedEngine, StepResult, Workload, load_workload
 from specops.sim import parse_speculative_config as parse
 from specops.sim._server import RUNNER_OPTIONS, ServerOptions, build_app
 
@@ -244,3 +245,45 @@ async def test_max_tokens_is_cut_to_the_room_the_prompt_leaves(
         assert answer["choices"][0]["finish_reason"] == "length"
     else:
         assert answer["error"]["param"] == served
+
+
+async def test_a_busy_event_loop_does_not_slow_the_engines_steps() -> None:
+    """The loop is blocked a few ms at a time (other handlers, a process waiting for a CPU):
+    the engine keeps its own schedule, so the wall time is its steps' time, not more."""
+    engine = SimulatedEngine(
+        Workload(load_workload("gsm8k")),
+        EngineConfig(
+            served_model_name="llama",
+            speculative=parse('{"method": "eagle", "model": "d", "num_speculative_tokens": 3}'),
+        ),
+        track_tokens=True,
+    )
+    stepped: list[float] = []
+    step = engine.step
+
+    def timed() -> StepResult:
+        result = step()
+        stepped.append(result.end - result.start)
+        return result
+
+    engine.step = timed  # type: ignore[method-assign]
+    app = build_app(engine, ServerOptions("llama", MODEL))
+    async with TestClient(TestServer(app, **RUNNER_OPTIONS)) as client:
+        await _wait_loaded(client)
+
+        async def hog() -> None:
+            while True:
+                time.sleep(0.008)  # the loop does something else for 8 ms
+                await asyncio.sleep(0.001)
+
+        hogging = asyncio.create_task(hog())
+        loop = asyncio.get_running_loop()
+        started, before = loop.time(), len(stepped)
+        body = {"model": "llama", "prompt": "x" * 40, "max_tokens": 300, "ignore_eos": True}
+        response = await client.post("/v1/completions", json=body)
+        wall = loop.time() - started
+        hogging.cancel()
+        with suppress(asyncio.CancelledError):
+            await hogging
+    assert response.status == 200
+    assert wall == pytest.approx(sum(stepped[before:]), rel=0.1)
