@@ -545,6 +545,23 @@ class Stretch:
                 at(step).arrivals += 1
         return [by_step[step] for step in sorted(by_step)]
 
+    def running_after(self, running: int) -> Counts:
+        """Requests running after each committed step, ``running`` before the first."""
+        planned = self.plan
+        steps = self.committed
+        finished = [
+            step
+            for lane, step in enumerate(planned.finishes)
+            if step < steps and planned.preempted.get(lane, steps) > step
+        ]
+        preempted = [step for step in planned.preempted.values() if step < steps]
+        change = (
+            self.first_tokens
+            - _per_step(np.asarray(finished, dtype=np.int64), steps)
+            - _per_step(np.asarray(preempted, dtype=np.int64), steps)
+        )
+        return running + np.cumsum(change)
+
     def survivors(self) -> list[int]:
         """Lanes still running after the committed steps."""
         planned = self.plan
