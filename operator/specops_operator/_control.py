@@ -23,30 +23,38 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from specops.api import SpeculativeService, SpeculativeServiceSpec, parse_service
+from specops.api import (
+    DecisionStatus,
+    SpeculativeService,
+    SpeculativeServiceSpec,
+    SpeculativeServiceStatus,
+    parse_service,
+)
 from specops.control import (
     Action,
     ControlSettings,
     Decision,
     Mode,
+    ServiceModel,
     decide,
     service_model,
     service_window,
 )
 from specops.control import ServiceWindow as Window
 from specops.policy import Objective, ObjectiveKind, SpecConfig
+from specops.profiles import PerformanceProfile
 from specops.render import (
     HASH_ANNOTATION,
     RenderOptions,
-    SpeculationInForce,
     apply_defaults,
     data_parallel_size,
     performance_profile,
     plan,
     selector_labels,
+    spec_config,
     speculative_config_status,
 )
-from specops_operator._fetch import ObservationSource, ready_pods
+from specops_operator._fetch import Fetched, ObservationSource, ready_pods
 from specops_operator._kube import Kube
 from specops_operator._metrics import (
     CROSSOVER_BAND,
@@ -61,21 +69,18 @@ from specops_operator._metrics import (
     STEP_TIME_INTERVALS,
 )
 from specops_operator._reconcile import reconcile
-from specops_operator._state import (
-    config_in_force,
-    restore_state,
-    save_state,
-    timestamp,
-    unix_time,
-)
+from specops_operator._state import restore_state, save_state, timestamp, unix_time
+from specops_operator._status import rollout_complete
 
 __all__ = [
-    "ControlOptions",
+    "ControlLoopOptions",
     "PostEvent",
+    "TickPlan",
     "control_settings",
     "control_tick",
     "decision_status",
     "deployment_ready",
+    "plan_tick",
 ]
 
 log = logging.getLogger("specops.control")
@@ -87,7 +92,7 @@ _MODES = tuple(m.value for m in Mode)
 
 
 @dataclass(frozen=True)
-class ControlOptions:
+class ControlLoopOptions:
     """Operator-wide settings of the loop; ``period_s`` overrides each spec's window."""
 
     source: ObservationSource
@@ -129,34 +134,13 @@ def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any])
         (o.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
         for o in (live, desired)
     ]
-    status = live.get("status", {})
-    want = desired["spec"]["replicas"]
-    generation = live.get("metadata", {}).get("generation", 0)
-    return (
-        hashes[0] == hashes[1]
-        and status.get("observedGeneration", 0) >= generation
-        and status.get("updatedReplicas", 0) >= want
-        and status.get("readyReplicas", 0) >= want
-        and status.get("replicas", 0) == want
-    )
-
-
-def _in_force(spec: SpeculativeServiceSpec, config: SpecConfig) -> SpeculationInForce:
-    if config.is_off:
-        return SpeculationInForce.off()
-    schedule = tuple((r.start, r.end, r.k) for r in config.per_batch_size) or None
-    return SpeculationInForce(
-        enabled=True,
-        num_speculative_tokens=config.num_speculative_tokens,
-        schedule=schedule,
-        draft_model=spec.speculation.draft_model,
-    )
+    return hashes[0] == hashes[1] and rollout_complete(live, desired["spec"]["replicas"])
 
 
 def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
     """status.speculativeConfig whole: a key the new config lacks (a table replaced by one k)
     goes as null, which the merge patch deletes instead of keeping the old value."""
-    chosen = speculative_config_status(spec, _in_force(spec, config), "Controller")
+    chosen = speculative_config_status(spec, config, "Controller")
     return chosen.model_dump(by_alias=True, mode="json")
 
 
@@ -209,7 +193,7 @@ def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
 def _measurements(window: Window, decision: Decision, k: int) -> Obj:
     crossover = next((c.batch for c in decision.crossovers if c.k == k), None)
     return {
-        "time": timestamp(window.observation.window_end),
+        "time": timestamp(window.control_input.window_end),
         "windowSeconds": round(window.window_s),
         "concurrency": window.concurrency,
         "acceptanceLength": window.acceptance_length,
@@ -251,7 +235,16 @@ def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> No
             gauge.remove(*labels)
 
 
-def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) -> None:
+def _report(namespace: str, name: str, mode: str, decision: Decision) -> None:
+    """The decision in the log and the operator's metrics."""
+    log.info(
+        "%s/%s: %s (%s) %s",
+        namespace,
+        name,
+        decision.action.value,
+        decision.code.value,
+        decision.reason,
+    )
     DECISIONS.labels(namespace, name, decision.action.value, decision.code.value).inc()
     for each in _MODES:
         MODE.labels(namespace, name, each).set(1.0 if each == mode else 0.0)
@@ -272,7 +265,7 @@ def _record_metrics(namespace: str, name: str, mode: str, decision: Decision) ->
         ROLLBACKS.labels(namespace, name).inc()
 
 
-def _wait(service: SpeculativeService, options: ControlOptions, now: float) -> float:
+def _wait(service: SpeculativeService, options: ControlLoopOptions, now: float) -> float:
     """Seconds until the next decision is due (sooner while a rollout is followed)."""
     spec = service.spec
     period = options.period_s or float(spec.policy.evaluation_window_seconds)
@@ -290,11 +283,111 @@ def _next_tick(due_in: float, sampling_interval: float | None) -> float:
     return due_in if sampling_interval is None else min(due_in, sampling_interval)
 
 
+@dataclass(frozen=True)
+class TickPlan:
+    """What one decision writes: the status patch, and the event to post (type, reason,
+    message; None when the action and its reason are the last decision's). ``changed``: the
+    speculation in force changes, so the Deployment is re-rendered at once."""
+
+    decision: Decision
+    patch: Obj
+    changed: bool
+    event: tuple[str, str, str] | None
+
+
+def _service_model(
+    spec: SpeculativeServiceSpec, profile: PerformanceProfile | None
+) -> ServiceModel | None:
+    """What is known of the service unmeasured: the profile's costs; None without one."""
+    if profile is None:
+        return None
+    return service_model(
+        profile,
+        spec.speculation.method,
+        max_batch=spec.engine.max_num_seqs,
+        per_batch_size=spec.speculation.per_batch_size_schedule,
+        data_parallel=data_parallel_size(spec),
+    )
+
+
+def _event(previous: DecisionStatus | None, decision: Decision) -> tuple[str, str, str] | None:
+    """An event when the action or its reason changes; a rollback is a warning."""
+    if previous is not None and (previous.action, previous.reason_code) == (
+        decision.action.value,
+        decision.code.value,
+    ):
+        return None
+    kind = "Warning" if decision.action is Action.ROLLBACK else "Normal"
+    return kind, decision.action.value, f"{decision.code.value}: {decision.reason}"
+
+
+def plan_tick(
+    body: Mapping[str, Any],
+    status: SpeculativeServiceStatus,
+    in_force: SpecConfig,
+    spec: SpeculativeServiceSpec,
+    fetched: Fetched,
+    pods_ready: bool,
+    now: float,
+    default_context_tokens: float,
+) -> TickPlan:
+    """The decision on the measurements, and what it writes (pure).
+
+    ``status`` is ``body``'s, parsed, and ``in_force`` its speculative config; ``spec`` is
+    the object's spec with the defaults applied.
+    """
+    profile = performance_profile(spec)
+    window = service_window(
+        fetched.observations,
+        fetched.failures,
+        window_s=float(spec.policy.evaluation_window_seconds),
+        configured_k=in_force.num_speculative_tokens,
+        now=now,
+        pods_ready=pods_ready,
+        kv_capacity_tokens=profile.kv_capacity(spec.speculation.method) if profile else None,
+        default_context_tokens=default_context_tokens,
+    )
+    state = restore_state(status.controller, in_force)
+    decision = decide(
+        state, window.control_input, _service_model(spec, profile), control_settings(spec), now
+    )
+    live_status = body.get("status") or {}
+    patch: Obj = {
+        "controller": save_state(decision.state).model_dump(by_alias=True, mode="json"),
+        "lastDecision": decision_status(spec, decision),
+        "conditions": _conditions(list(live_status.get("conditions") or []), window, now),
+    }
+    if window.available:
+        patch["lastMeasurements"] = _measurements(window, decision, in_force.num_speculative_tokens)
+    changed = decision.config != in_force
+    if changed:
+        patch["speculativeConfig"] = _config_status(spec, decision.config)
+    return TickPlan(decision, patch, changed, _event(status.last_decision, decision))
+
+
+async def _measure(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    service: SpeculativeService,
+    spec: SpeculativeServiceSpec,
+    options: ControlLoopOptions,
+    render: RenderOptions,
+) -> tuple[Fetched, bool]:
+    """The pods' observations, and whether the Deployment's rollout of the rendered
+    template is complete."""
+    desired = next(o for o in plan(service, render).objects if o["kind"] == "Deployment")
+    live = await asyncio.to_thread(kube.get, desired)
+    pods = await asyncio.to_thread(kube.list_pods, namespace, selector_labels(name))
+    fetched = await options.source.fetch(namespace, name, spec, ready_pods(pods))
+    return fetched, deployment_ready(live, desired)
+
+
 async def control_tick(
     kube: Kube,
     namespace: str,
     name: str,
-    options: ControlOptions,
+    options: ControlLoopOptions,
     render: RenderOptions,
     post_event: PostEvent,
 ) -> float:
@@ -311,70 +404,23 @@ async def control_tick(
     if due_in > 0:
         await options.source.sample(namespace, name, spec)
         return _next_tick(due_in, options.source.sampling_interval(spec))
-    wanted = plan(service, render)
-    desired = next(o for o in wanted.objects if o["kind"] == "Deployment")
-    live = await asyncio.to_thread(kube.get, desired)
-    pods = await asyncio.to_thread(kube.list_pods, namespace, selector_labels(name))
-    fetched = await options.source.fetch(namespace, name, spec, ready_pods(pods))
-
-    in_force = config_in_force(service.status.speculative_config)
-    profile = performance_profile(spec)
-    method = spec.speculation.method
-    window = service_window(
-        fetched.observations,
-        fetched.failures,
-        window_s=float(spec.policy.evaluation_window_seconds),
-        configured_k=in_force.num_speculative_tokens,
-        now=now,
-        pods_ready=deployment_ready(live, desired),
-        kv_capacity_tokens=profile.kv_capacity(method) if profile else None,
-        default_context_tokens=options.default_context_tokens,
+    fetched, pods_ready = await _measure(kube, namespace, name, service, spec, options, render)
+    in_force = spec_config(service.status.speculative_config)
+    tick = plan_tick(
+        body,
+        service.status,
+        in_force,
+        spec,
+        fetched,
+        pods_ready,
+        now,
+        options.default_context_tokens,
     )
-    model = (
-        service_model(
-            profile,
-            method,
-            max_batch=spec.engine.max_num_seqs,
-            per_batch_size=spec.speculation.per_batch_size_schedule,
-            data_parallel=data_parallel_size(spec),
-        )
-        if profile is not None
-        else None
-    )
-    state = restore_state(service.status.controller, in_force)
-    decision = decide(state, window.observation, model, control_settings(spec), now)
-
-    status = body.get("status") or {}
-    patch: Obj = {
-        "controller": save_state(decision.state).model_dump(by_alias=True, mode="json"),
-        "lastDecision": decision_status(spec, decision),
-        "conditions": _conditions(list(status.get("conditions") or []), window, now),
-    }
-    if window.available:
-        patch["lastMeasurements"] = _measurements(window, decision, in_force.num_speculative_tokens)
-    changed = decision.config != in_force
-    if changed:
-        patch["speculativeConfig"] = _config_status(spec, decision.config)
-    patched = await asyncio.to_thread(kube.patch_status, body, patch)
-    _record_metrics(namespace, name, spec.speculation.mode, decision)
-    log.info(
-        "%s/%s: %s (%s) %s",
-        namespace,
-        name,
-        decision.action.value,
-        decision.code.value,
-        decision.reason,
-    )
-    previous = service.status.last_decision
-    if previous is None or (previous.action, previous.reason_code) != (
-        decision.action.value,
-        decision.code.value,
-    ):
-        kind = "Warning" if decision.action is Action.ROLLBACK else "Normal"
-        post_event(
-            patched, kind, decision.action.value, f"{decision.code.value}: {decision.reason}"
-        )
-    if changed:  # re-render the Deployment now rather than on the next resync
+    patched = await asyncio.to_thread(kube.patch_status, body, tick.patch)
+    _report(namespace, name, spec.speculation.mode, tick.decision)
+    if tick.event is not None:
+        post_event(patched, *tick.event)
+    if tick.changed:  # re-render the Deployment now rather than on the next resync
         await asyncio.to_thread(
             reconcile,
             kube,

@@ -7,10 +7,11 @@ source (the seam), the way httpx's MockTransport replaces the network.
 
 - Direct: GET ``http://<podIP>:9090/v1/observation`` of every Ready pod, concurrently.
 - Prometheus: the service's vLLM series (labels ``namespace`` and ``service``, which the
-  PodMonitor sets) read by the sidecar's own Prometheus source and estimator, kept per
-  service between ticks so the windows fill up. A window needs many samples of the
-  running-request gauge, so the loop calls :meth:`ObservationSource.sample` at the scrape
-  interval between decisions; a sidecar samples by itself, so the direct source does not.
+  PodMonitor sets) read by the Prometheus source and windowed observer a sidecar runs
+  too (``specops.observation``), through :func:`httpx_get`, kept per service between
+  ticks so the windows fill up. A window needs many samples of the running-request
+  gauge, so the loop calls :meth:`ObservationSource.sample` at the scrape interval
+  between decisions; a sidecar samples by itself, so the sidecar source does not.
 """
 
 from __future__ import annotations
@@ -23,22 +24,44 @@ from typing import Any, Protocol
 
 import httpx
 import pydantic
-from specops_sidecar import PrometheusSource, Sidecar
 
 from specops.api import SpeculativeServiceSpec
 from specops.errors import MetricsError
-from specops.observation import Observation, ObserverConfig
+from specops.observation import (
+    HttpGet,
+    ObserverConfig,
+    PodObservation,
+    PrometheusSource,
+    WindowedObserver,
+)
 from specops.render import SIDECAR_PORT
 
 __all__ = [
-    "DirectSource",
     "Fetched",
     "ObservationSource",
     "Observer",
     "PodTarget",
     "PrometheusServiceSource",
+    "SidecarSource",
+    "httpx_get",
     "ready_pods",
 ]
+
+
+def httpx_get(client: httpx.AsyncClient) -> HttpGet:
+    """GET through ``client``: the status and body, or a MetricsError when the server cannot
+    be read (httpx answers a redirect as it is, as the sidecar's aiohttp GET does)."""
+
+    async def get(url: str, params: Mapping[str, str] | None = None) -> tuple[int, str]:
+        try:
+            answer = await client.get(url, params=params)
+        except httpx.TimeoutException as exc:
+            raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
+        return answer.status_code, answer.text
+
+    return get
 
 
 @dataclass(frozen=True)
@@ -53,7 +76,7 @@ class PodTarget:
 class Fetched:
     """Observations that arrived, and one message per pod or source that gave none."""
 
-    observations: tuple[Observation, ...]
+    observations: tuple[PodObservation, ...]
     failures: tuple[str, ...] = ()
 
 
@@ -89,14 +112,14 @@ def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodTarget]:
     return found
 
 
-class DirectSource:
+class SidecarSource:
     """Reads each Ready pod's sidecar."""
 
     def __init__(self, client: httpx.AsyncClient, port: int = SIDECAR_PORT) -> None:
         self._client = client
         self._port = port
 
-    async def _one(self, pod: PodTarget) -> Observation:
+    async def _one(self, pod: PodTarget) -> PodObservation:
         url = f"http://{pod.ip}:{self._port}/v1/observation"
         try:
             response = await self._client.get(url)
@@ -105,7 +128,7 @@ class DirectSource:
         if response.status_code != 200:
             raise MetricsError(f"{pod.name}: sidecar answered HTTP {response.status_code}")
         try:
-            return Observation.model_validate_json(response.content)
+            return PodObservation.model_validate_json(response.content)
         except pydantic.ValidationError as exc:
             raise MetricsError(f"{pod.name}: malformed observation: {exc}") from exc
 
@@ -113,7 +136,7 @@ class DirectSource:
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched:
         results = await asyncio.gather(*(self._one(pod) for pod in pods), return_exceptions=True)
-        observations = tuple(r for r in results if isinstance(r, Observation))
+        observations = tuple(r for r in results if isinstance(r, PodObservation))
         failures = tuple(str(r) for r in results if isinstance(r, MetricsError))
         unexpected = [
             r for r in results if isinstance(r, BaseException) and not isinstance(r, MetricsError)
@@ -140,12 +163,14 @@ class PrometheusServiceSource:
     starts with the scrapes of the last window that Prometheus kept, so an operator that
     restarted or took over decides on a full window at its first tick."""
 
-    def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
-        self._client = client
+    def __init__(self, get: HttpGet, clock: Callable[[], float] = time.time) -> None:
+        self._get = get
         self._clock = clock
-        self._services: dict[tuple[str, str], tuple[tuple[str, int, int], Sidecar]] = {}
+        self._services: dict[tuple[str, str], tuple[tuple[str, int, int], WindowedObserver]] = {}
 
-    def _sidecar(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> Sidecar:
+    def _observer(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec
+    ) -> WindowedObserver:
         url = spec.metrics.prometheus_url or ""
         window = spec.policy.evaluation_window_seconds
         scrape = spec.metrics.scrape_interval_seconds
@@ -156,27 +181,27 @@ class PrometheusServiceSource:
         source = PrometheusSource(
             url,
             {"namespace": namespace, "service": name},
-            self._client,
+            self._get,
             lookback_s=max(4 * scrape, 60),
             history_s=window,
         )
         config = ObserverConfig(
             namespace=namespace,
-            pod="",
+            pod=None,  # the series of all the service's pods at once
             service=name,
             windows_s=(float(window),),
             prediction_window_s=float(window),
             stale_after_s=float(max(3 * scrape, 45)),
         )
-        sidecar = Sidecar(source, config, clock=self._clock)
-        self._services[(namespace, name)] = (settings, sidecar)
-        return sidecar
+        observer = WindowedObserver(source, config, clock=self._clock)
+        self._services[(namespace, name)] = (settings, observer)
+        return observer
 
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return float(spec.metrics.scrape_interval_seconds)
 
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
-        await self._sidecar(namespace, name, spec).poll()
+        await self._observer(namespace, name, spec).poll()
 
     def forget(self, namespace: str, name: str) -> None:
         self._services.pop((namespace, name), None)
@@ -184,9 +209,9 @@ class PrometheusServiceSource:
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched:
-        sidecar = self._sidecar(namespace, name, spec)
-        await sidecar.poll()
-        observation = sidecar.observation
+        observer = self._observer(namespace, name, spec)
+        await observer.poll()
+        observation = observer.observation
         failures = (observation.source.error,) if observation.source.error else ()
         return Fetched((observation,), failures)
 
@@ -196,8 +221,8 @@ class Observer:
 
     def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
         self.client = client
-        self._direct = DirectSource(client)
-        self._prometheus = PrometheusServiceSource(client, clock)
+        self._direct = SidecarSource(client)
+        self._prometheus = PrometheusServiceSource(httpx_get(client), clock)
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]

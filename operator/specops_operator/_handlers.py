@@ -13,7 +13,7 @@ import kopf
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
-from specops_operator._control import ControlOptions, control_tick
+from specops_operator._control import ControlLoopOptions, control_tick
 from specops_operator._fetch import Observer
 from specops_operator._kube import Kube, KubeApiError
 from specops_operator._metrics import (
@@ -38,7 +38,7 @@ def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> No
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
     if getattr(memo, "control", None) is None:
-        memo.control = ControlOptions(source=Observer(httpx.AsyncClient(timeout=5.0)))
+        memo.control = ControlLoopOptions(source=Observer(httpx.AsyncClient(timeout=5.0)))
 
 
 @kopf.on.cleanup()
@@ -103,7 +103,7 @@ async def control_loop(
     namespace: str | None, name: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
     """The slow loop of one SpeculativeService: a decision every evaluation window."""
-    options: ControlOptions = memo.control
+    options: ControlLoopOptions = memo.control
     log = logging.getLogger("specops.control")
     namespace, name = namespace or "default", name or ""
     start_service(namespace, name)

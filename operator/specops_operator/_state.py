@@ -7,33 +7,23 @@ knows the load regime. Pure: models in, models out; times are RFC 3339 on the ob
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from specops.api import (
-    BatchSizeRange,
     BatchWeight,
     ControllerStatus,
     RegimeStatus,
     RolloutStatus,
-    SpeculationChoice,
-    SpeculativeConfigStatus,
     StepTimeEvidence,
 )
 from specops.control import ControllerState, Regime, Rollout
-from specops.policy import (
-    AcceptanceCurve,
-    BatchDistribution,
-    CostEvidence,
-    ScheduleRange,
-    SpecConfig,
-)
+from specops.policy import AcceptanceCurve, BatchDistribution, CostEvidence, SpecConfig
+from specops.render import spec_config, speculation_choice
 
 __all__ = [
-    "config_in_force",
     "restore_state",
     "save_state",
-    "spec_config",
-    "speculation_choice",
     "timestamp",
     "unix_time",
 ]
@@ -47,35 +37,6 @@ def timestamp(seconds: float) -> str:
 def unix_time(text: str) -> float:
     """An RFC 3339 time from the API as Unix seconds."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def spec_config(choice: SpeculationChoice) -> SpecConfig:
-    ranges = tuple(
-        ScheduleRange(r.min_batch_size, r.max_batch_size, r.num_speculative_tokens)
-        for r in sorted(choice.schedule or [], key=lambda r: r.min_batch_size)
-    )
-    return SpecConfig(choice.num_speculative_tokens, ranges)
-
-
-def speculation_choice(config: SpecConfig) -> SpeculationChoice:
-    schedule = [
-        BatchSizeRange(min_batch_size=r.start, max_batch_size=r.end, num_speculative_tokens=r.k)
-        for r in config.per_batch_size
-    ]
-    return SpeculationChoice(
-        num_speculative_tokens=config.num_speculative_tokens, schedule=schedule or None
-    )
-
-
-def config_in_force(status: SpeculativeConfigStatus) -> SpecConfig:
-    """The k and table of status.speculativeConfig (0 when speculation is off)."""
-    if not status.enabled:
-        return SpecConfig.off()
-    return spec_config(
-        SpeculationChoice(
-            num_speculative_tokens=status.num_speculative_tokens, schedule=status.schedule
-        )
-    )
 
 
 def _load_runs(load: BatchDistribution) -> list[BatchWeight]:
@@ -219,16 +180,4 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
     )
     if state.config == in_force:
         return state
-    return ControllerState(
-        config=in_force,
-        last_good=in_force,
-        changes=state.changes,
-        last_change_at=state.last_change_at,
-        rollout_durations=state.rollout_durations,
-        cooldown_until=state.cooldown_until,
-        regime=state.regime,
-        acceptance=state.acceptance,
-        acceptance_drafts=state.acceptance_drafts,
-        cost_evidence=state.cost_evidence,
-        regime_lengths=state.regime_lengths,
-    )
+    return replace(state, config=in_force, last_good=in_force, rollout=None)

@@ -9,13 +9,28 @@ from typing import Any
 from specops.api import SpeculativeConfigStatus, SpeculativeService
 from specops.render import Plan, selector_labels, speculative_config_status
 
-__all__ = ["desired_status"]
+__all__ = ["desired_status", "rollout_complete"]
 
 Obj = dict[str, Any]
 
 
 def _condition(type_: str, status: str, reason: str, message: str) -> Obj:
     return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def rollout_complete(deployment: Mapping[str, Any], want: int) -> bool:
+    """Whether a Deployment's rollout is complete, as ``kubectl rollout status`` has it: its
+    controller has seen the latest generation, and all ``want`` pods run the new template
+    and are Ready, with no old pod left."""
+    status = deployment.get("status", {})
+    observed = status.get("observedGeneration", 0)
+    generation = deployment.get("metadata", {}).get("generation", observed)
+    return bool(
+        observed >= generation
+        and status.get("updatedReplicas", 0) >= want
+        and status.get("readyReplicas", 0) >= want
+        and status.get("replicas", 0) == want
+    )
 
 
 def _deployment_conditions(deployment: Mapping[str, Any] | None, want: int) -> list[Obj]:
@@ -29,17 +44,13 @@ def _deployment_conditions(deployment: Mapping[str, Any] | None, want: int) -> l
     status = deployment.get("status", {})
     ready = status.get("readyReplicas", 0)
     updated = status.get("updatedReplicas", 0)
-    total = status.get("replicas", 0)
-    observed = status.get("observedGeneration", 0)
-    generation = deployment.get("metadata", {}).get("generation", observed)
     failed = [
         c
         for c in status.get("conditions", [])
         if (c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded")
         or (c.get("type") == "ReplicaFailure" and c.get("status") == "True")
     ]
-    # Complete only once the updated pods are also ready (as `kubectl rollout status`).
-    rolled_out = observed >= generation and updated >= want and total == want and ready >= want
+    rolled_out = rollout_complete(deployment, want)
     progress = f"{updated}/{want} pods updated, {ready} ready"
     conditions = [
         _condition("Ready", "True", "AllReplicasReady", f"{ready}/{want} pods ready")

@@ -12,13 +12,21 @@ import click
 from aiohttp import web
 
 from specops.errors import SpecopsError
-from specops.observation import ObserverConfig
+from specops.observation import (
+    EngineMetricsSource,
+    HttpGet,
+    MetricsSource,
+    ObserverConfig,
+    PrometheusSource,
+    WindowedObserver,
+)
 from specops.profiles import get_profile, profile_names
+from specops_sidecar._http import aiohttp_get
 from specops_sidecar._server import build_app
-from specops_sidecar._sidecar import Sidecar
-from specops_sidecar._sources import DirectSource, HttpClient, MetricsSource, PrometheusSource
 
 __all__ = ["sidecar"]
+
+log = logging.getLogger("specops.sidecar")
 
 
 def _matchers(pairs: tuple[str, ...], namespace: str, pod: str) -> dict[str, str]:
@@ -155,7 +163,7 @@ def sidecar(
         )
     except (ValueError, SpecopsError) as exc:
         raise click.UsageError(str(exc)) from exc
-    connect: Callable[[HttpClient], MetricsSource]
+    connect: Callable[[HttpGet], MetricsSource]
     if source_kind == "prometheus":
         if not prometheus_url:
             raise click.UsageError("the Prometheus source needs --prometheus-url")
@@ -168,12 +176,13 @@ def sidecar(
             history_s=max(config.windows_s),
         )
     else:
-        connect = functools.partial(DirectSource, engine_url)
+        connect = functools.partial(EngineMetricsSource, engine_url)
 
     async def serve() -> web.Application:
         """The app, built inside the event loop that the client session must belong to."""
         client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(min(scrape_interval, 10.0)))
-        app = build_app(Sidecar(connect(client), config), scrape_interval)
+        observer = WindowedObserver(connect(aiohttp_get(client)), config, logger=log)
+        app = build_app(observer, scrape_interval)
 
         async def close_client(_: web.Application) -> None:
             await client.close()

@@ -1,4 +1,4 @@
-"""The sidecar's own ``/metrics``: an Observation as Prometheus gauges.
+"""The sidecar's own ``/metrics``: a PodObservation as Prometheus gauges.
 
 Every series carries ``namespace``, ``pod`` and ``service``. An estimate is exported
 only while its status is ``ok``: a stale or unknown estimate has no series (a gap in a
@@ -9,7 +9,6 @@ graph, never a made-up number), and ``specops_estimate_ok`` and
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -17,26 +16,21 @@ from specops.observation import (
     DistributionObservation,
     EstimateStatus,
     LatencyObservation,
-    Observation,
+    PodObservation,
+    SourceCounts,
     WindowObservation,
 )
 
-__all__ = [
-    "SourceCounts",
-    "metric_families",
-]
+__all__ = ["metric_families"]
 
 _BASE = ("namespace", "pod", "service")
 _QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))
 
 
-@dataclass(frozen=True)
-class SourceCounts:
-    """How the sidecar's reads went since it started."""
-
-    reads_ok: int
-    reads_failed: int
-    last_read_seconds: float | None
+def _identity(observation: PodObservation) -> list[str]:
+    """The base labels' values; no pod (a whole service's) is the empty value, which
+    Prometheus reads as no label."""
+    return [observation.namespace, observation.pod or "", observation.service]
 
 
 class _Families:
@@ -196,9 +190,11 @@ def _window(out: _Families, w: WindowObservation) -> None:
         )
 
 
-def metric_families(observation: Observation, now: float, counts: SourceCounts) -> Iterable[Metric]:
+def metric_families(
+    observation: PodObservation, now: float, counts: SourceCounts
+) -> Iterable[Metric]:
     """The gauges for one observation (pure: the same inputs give the same families)."""
-    out = _Families((observation.namespace, observation.pod, observation.service))
+    out = _Families(_identity(observation))
     out.set(
         "specops_source_up",
         "1 when the last read of the metrics source succeeded",
@@ -250,7 +246,7 @@ def metric_families(observation: Observation, now: float, counts: SourceCounts) 
     reads = CounterMetricFamily(
         "specops_source_reads", "Reads of the metrics source", labels=[*_BASE, "result"]
     )
-    base = [observation.namespace, observation.pod, observation.service]
+    base = _identity(observation)
     reads.add_metric([*base, "ok"], counts.reads_ok)
     reads.add_metric([*base, "error"], counts.reads_failed)
     yield reads

@@ -18,8 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from specops.observation import OncePerCause, WindowedObserver
 from specops_sidecar._exposition import metric_families
-from specops_sidecar._sidecar import OncePerCause, Sidecar
 
 __all__ = [
     "build_app",
@@ -31,22 +31,22 @@ _LOOP_KEY = web.AppKey("poll_loop", asyncio.Task[None])
 
 
 class _ObservationCollector(Collector):
-    def __init__(self, sidecar: Sidecar, clock: Callable[[], float]) -> None:
-        self._sidecar = sidecar
+    def __init__(self, observer: WindowedObserver, clock: Callable[[], float]) -> None:
+        self._observer = observer
         self._clock = clock
 
     def collect(self) -> Iterable[Metric]:
         now = self._clock()
-        return metric_families(self._sidecar.observation_at(now), now, self._sidecar.counts)
+        return metric_families(self._observer.observation_at(now), now, self._observer.counts)
 
 
-async def poll_forever(sidecar: Sidecar, interval_s: float) -> None:
+async def poll_forever(observer: WindowedObserver, interval_s: float) -> None:
     """Poll every ``interval_s`` seconds; a bug in one poll is logged, not fatal."""
     bugs = OncePerCause(log, what="poll", traceback=True)
     while True:
         started = time.monotonic()
         try:
-            await sidecar.poll()
+            await observer.poll()
         except Exception as exc:  # the loop must outlive any one poll, even a buggy one
             bugs.failed(exc)
         else:
@@ -55,11 +55,11 @@ async def poll_forever(sidecar: Sidecar, interval_s: float) -> None:
 
 
 def build_app(
-    sidecar: Sidecar, interval_s: float, clock: Callable[[], float] = time.time
+    observer: WindowedObserver, interval_s: float, clock: Callable[[], float] = time.time
 ) -> web.Application:
     """The app; its startup starts the poll loop and its cleanup stops it."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ObservationCollector(sidecar, clock))
+    registry.register(_ObservationCollector(observer, clock))
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(registry)
@@ -67,7 +67,7 @@ def build_app(
 
     async def observation(_: web.Request) -> web.Response:
         return web.Response(
-            text=sidecar.observation_at(clock()).model_dump_json(), content_type="application/json"
+            text=observer.observation_at(clock()).model_dump_json(), content_type="application/json"
         )
 
     async def healthz(request: web.Request) -> web.Response:
@@ -75,13 +75,13 @@ def build_app(
         return web.json_response(
             {
                 "status": "ok" if alive else "poll loop stopped",
-                "source_up": sidecar.observation.source.up,
+                "source_up": observer.observation.source.up,
             },
             status=200 if alive else 503,
         )
 
     async def polling(app: web.Application) -> AsyncIterator[None]:
-        app[_LOOP_KEY] = asyncio.create_task(poll_forever(sidecar, interval_s))
+        app[_LOOP_KEY] = asyncio.create_task(poll_forever(observer, interval_s))
         yield
         app[_LOOP_KEY].cancel()
         with contextlib.suppress(asyncio.CancelledError):

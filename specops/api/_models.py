@@ -37,7 +37,7 @@ __all__ = [
     "ConditionType",
     "ControllerStatus",
     "CrossoverStatus",
-    "Decision",
+    "DecisionStatus",
     "EngineSpec",
     "EnvVar",
     "Measurements",
@@ -747,7 +747,7 @@ class StepTimeModelStatus(CrdModel):
     """The draft lengths the measured steps ran (0: speculation off)."""
 
 
-class Decision(CrdModel):
+class DecisionStatus(CrdModel):
     """The control loop's last decision and why."""
 
     time: Timestamp
@@ -895,7 +895,7 @@ class SpeculativeServiceStatus(CrdModel):
     """The speculative config the pods run with."""
     last_measurements: Measurements | None = None
     """Latest measurements of the control loop."""
-    last_decision: Decision | None = None
+    last_decision: DecisionStatus | None = None
     """Latest decision of the control loop."""
     controller: ControllerStatus | None = None
     """The control loop's memory (rollout, recent changes, load regime)."""

@@ -24,9 +24,9 @@ from specops.bench._spec import BenchError, ControllerSpec, LoadTrace, ServiceSp
 from specops.bench._turbospec import GoodputRule
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
-    Observation,
     ServiceModel,
     decide,
     service_window,
@@ -270,7 +270,7 @@ class _Pod:
         )
         self.history.add(snapshot_from_reading(parse_exposition(page.decode(), now)))
 
-    def window(self, now: float, configured_k: int, ready: bool) -> Observation:
+    def window(self, now: float, configured_k: int, ready: bool) -> ControlInput:
         config = ObserverConfig(
             namespace="bench",
             pod="engine",
@@ -293,7 +293,7 @@ class _Pod:
             pods_ready=ready,
             kv_capacity_tokens=self.kv_capacity,
             default_context_tokens=PRIOR_CONTEXT,
-        ).observation
+        ).control_input
 
 
 def _segment(

@@ -3,12 +3,12 @@
 from specops.control._adapter import ServiceWindow, batch_distribution, service_window
 from specops.control._decide import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
     CrossoverBand,
     Decision,
     Mode,
-    Observation,
     ReasonCode,
     Rollout,
     ServiceModel,
@@ -20,12 +20,12 @@ from specops.control._service import service_model
 
 __all__ = [
     "Action",
+    "ControlInput",
     "ControlSettings",
     "ControllerState",
     "CrossoverBand",
     "Decision",
     "Mode",
-    "Observation",
     "ReasonCode",
     "Regime",
     "RegimeSettings",

@@ -13,13 +13,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specops.control._decide import Observation
+from specops.control._decide import ControlInput
 from specops.observation import (
     DistributionObservation,
     EstimateStatus,
+    PodObservation,
     WindowObservation,
 )
-from specops.observation import Observation as PodObservation
 from specops.policy import BatchDistribution, StepPoint
 
 __all__ = ["ServiceWindow", "batch_distribution", "service_window"]
@@ -29,12 +29,12 @@ __all__ = ["ServiceWindow", "batch_distribution", "service_window"]
 class ServiceWindow:
     """The service's measurements over one window and whether they can be used.
 
-    ``observation`` is the control input (its ``problem`` is set when nothing usable was
-    measured); ``reason``/``message`` feed the MetricsAvailable condition; the rest are
-    the figures reported in status (per engine, averaged over the measured pods).
+    ``control_input`` is what the decision reads (its ``problem`` is set when nothing
+    usable was measured); ``reason``/``message`` feed the MetricsAvailable condition; the
+    rest are the figures reported in status (per engine, averaged over the measured pods).
     """
 
-    observation: Observation
+    control_input: ControlInput
     available: bool
     reason: str
     message: str
@@ -144,7 +144,7 @@ def _drafted_per_draft(windows: Sequence[WindowObservation]) -> float | None:
 def _unavailable(
     reason: str, problem: str, now: float, window_s: float, pods_ready: bool
 ) -> ServiceWindow:
-    observation = Observation(
+    control_input = ControlInput(
         window_end=now,
         load=None,
         context_tokens=0.0,
@@ -153,7 +153,7 @@ def _unavailable(
         pods_ready=pods_ready,
         problem=problem,
     )
-    return ServiceWindow(observation, False, reason, problem, 0, window_s)
+    return ServiceWindow(control_input, False, reason, problem, 0, window_s)
 
 
 def service_window(
@@ -178,7 +178,7 @@ def service_window(
     stale = 0
     for pod in pods:
         window = _window(pod, window_s)
-        name = pod.pod or pod.service  # a whole service's, read from Prometheus, has no pod
+        name = pod.subject
         if pod.status is not EstimateStatus.OK or window is None:
             stale += pod.status is EstimateStatus.STALE
             skipped.append(f"{name}: estimates {pod.status.value}")
@@ -223,7 +223,7 @@ def service_window(
     drafts = sum(a.drafts for a in measured) if positions else 0.0
     accepted = tuple(sum(a.per_position[i] * a.drafts for a in measured) for i in range(positions))
     context = _context_tokens(windows, kv_capacity_tokens, default_context_tokens)
-    observation = Observation(
+    control_input = ControlInput(
         window_end=min(p.latest_reading_at or p.observed_at for p, _ in used),
         load=load,
         context_tokens=context,
@@ -243,7 +243,7 @@ def service_window(
     rates = [w.outcome.output_tokens_per_second for w in windows]
     known_rates = [r for r in rates if r is not None]
     return ServiceWindow(
-        observation=observation,
+        control_input=control_input,
         available=True,
         reason="Measured",
         message=f"{len(used)} of {len(used) + len(skipped)} pods measured over "

@@ -43,12 +43,12 @@ from specops.vllm import table_applies
 
 __all__ = [
     "Action",
+    "ControlInput",
     "ControlSettings",
     "ControllerState",
     "CrossoverBand",
     "Decision",
     "Mode",
-    "Observation",
     "ReasonCode",
     "Rollout",
     "ServiceModel",
@@ -178,8 +178,9 @@ class ControlSettings:
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One measurement window, from the engine's own counters.
+class ControlInput:
+    """What a decision reads: one measurement window of the whole service, from the
+    engines' own counters (the pods' observations aggregated, see ``service_window``).
 
     ``load`` is the running-request distribution over the window (None if nothing was
     sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
@@ -277,18 +278,64 @@ def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
     return restart * settings.capacity_loss
 
 
+@dataclass(frozen=True)
+class _Evaluation:
+    """The policy's choice for the regime, and what it would gain over the config in force.
+
+    ``likely`` is the gain it beats with the asked confidence under the step-time posterior,
+    ``mean_gain`` the gain at the posterior mean; a probe (a k never measured at this load)
+    is judged at the mean. ``horizon`` is how much longer the regime is expected to last.
+    """
+
+    choice: PolicyChoice
+    likely: float
+    bands: tuple[CrossoverBand, ...]
+    prior_crossovers: tuple[Crossover, ...]
+    mean_gain: float
+    horizon: float
+    probe: bool
+
+    @property
+    def gain(self) -> float:
+        """The gain the restart rule weighs."""
+        return self.mean_gain if self.probe else self.likely
+
+    @property
+    def gain_s(self) -> float:
+        """That gain over the expected regime, in seconds of full service."""
+        return self.gain * self.horizon
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What the decision does and why, before it is written out as a :class:`Decision`:
+    the state after it, and the evaluation of the policy's choice when there was one."""
+
+    action: Action
+    code: ReasonCode
+    state: ControllerState
+    reason: str
+    evaluation: _Evaluation | None = None
+    new_regime: bool = False
+
+
+def _holding(state: ControllerState, code: ReasonCode, why: str) -> _Outcome:
+    """Withhold any change, keeping the config in force, for ``why``."""
+    return _Outcome(Action.WITHHOLD, code, state, f"holding {state.config.describe()}: {why}")
+
+
 def _follow_rollout(
     state: ControllerState,
     rollout: Rollout,
-    observation: Observation,
+    measured: ControlInput,
     settings: ControlSettings,
     now: float,
-) -> tuple[Action, ReasonCode, ControllerState, str]:
+) -> _Outcome:
     elapsed = now - rollout.started_at
-    if observation.pods_ready:
+    if measured.pods_ready:
         durations = (*state.rollout_durations, elapsed)[-_DURATIONS_KEPT:]
         done = replace(state, rollout=None, last_good=rollout.target, rollout_durations=durations)
-        return (
+        return _Outcome(
             Action.KEEP,
             ReasonCode.ROLLOUT_DONE,
             done,
@@ -302,7 +349,7 @@ def _follow_rollout(
             last_change_at=now,
             cooldown_until=now + settings.rollback_cooldown_s,
         )
-        return (
+        return _Outcome(
             Action.ROLLBACK,
             ReasonCode.ROLLOUT_FAILED,
             back,
@@ -310,7 +357,7 @@ def _follow_rollout(
             f"(limit {settings.rollout_timeout_s:.0f}s): back to the last good config "
             f"{rollout.previous.describe()}, kept for {settings.rollback_cooldown_s:.0f}s",
         )
-    return (
+    return _Outcome(
         Action.WITHHOLD,
         ReasonCode.ROLLOUT_IN_PROGRESS,
         state,
@@ -321,19 +368,17 @@ def _follow_rollout(
 
 def _measure_acceptance(
     state: ControllerState,
-    observation: Observation,
+    measured: ControlInput,
     load: BatchDistribution,
     cost: LearnedCost,
     settings: ControlSettings,
 ) -> AcceptanceCurve | None:
     """The window's acceptance, or None when it had too few drafts to trust."""
-    if observation.num_drafts < settings.min_drafts or state.config.is_off:
+    if measured.num_drafts < settings.min_drafts or state.config.is_off:
         return None
-    reach = draft_reach(state.config, load, cost, observation.context_tokens)
+    reach = draft_reach(state.config, load, cost, measured.context_tokens)
     try:
-        return acceptance_from_counters(
-            observation.num_drafts, observation.accepted_per_position, reach
-        )
+        return acceptance_from_counters(measured.num_drafts, measured.accepted_per_position, reach)
     except ValueError:
         return None
 
@@ -354,7 +399,7 @@ def _policy(
     state: ControllerState,
     regime: Regime,
     acceptance: tuple[AcceptanceCurve, float],
-    observation: Observation,
+    measured: ControlInput,
     service: ServiceModel,
     cost: LearnedCost,
     settings: ControlSettings,
@@ -366,7 +411,7 @@ def _policy(
             drafts_seen=int(drafts),
             load=regime.load,
             cost=cost,
-            context_tokens=observation.context_tokens,
+            context_tokens=measured.context_tokens,
             current=state.config,
             objective=settings.objective,
             k_min=settings.k_min,
@@ -503,102 +548,21 @@ def _gate(
     return None
 
 
-def decide(
+def _track(
     state: ControllerState,
-    observation: Observation,
-    service: ServiceModel | None,
+    measured: ControlInput,
+    load: BatchDistribution,
+    cost: LearnedCost,
     settings: ControlSettings,
-    now: float,
-) -> Decision:
-    """One tick of the slow loop; ``service`` is None when no step-cost model is known."""
-    restart_cost = _restart_cost(state, settings)
-    likely: float | None = None
-    bands: tuple[CrossoverBand, ...] = ()
-    prior_crossovers: tuple[Crossover, ...] = ()
-
-    def out(
-        action: Action,
-        code: ReasonCode,
-        next_state: ControllerState,
-        reason: str,
-        choice: PolicyChoice | None = None,
-        gain_s: float | None = None,
-        new_regime: bool = False,
-    ) -> Decision:
-        return Decision(
-            at=now,
-            action=action,
-            code=code,
-            config=next_state.config,
-            recommended=choice.config if choice else None,
-            applied=action in (Action.RECONFIGURE, Action.ROLLBACK),
-            reason=reason,
-            predicted_gain=choice.gain_over_current if choice else None,
-            gain_s=gain_s,
-            restart_cost_s=restart_cost,
-            crossovers=choice.crossovers if choice else (),
-            new_regime=new_regime,
-            state=next_state,
-            likely_gain=likely if choice else None,
-            crossover_bands=bands if choice else (),
-            cost_measured=next_state.cost_evidence.points > 0,
-            prior_crossovers=prior_crossovers if choice else (),
-        )
-
-    if state.rollout is not None:
-        action, code, next_state, reason = _follow_rollout(
-            state, state.rollout, observation, settings, now
-        )
-        return out(action, code, next_state, reason)
-
-    if observation.problem:
-        return out(
-            Action.WITHHOLD,
-            ReasonCode.METRICS_UNAVAILABLE,
-            state,
-            f"holding {state.config.describe()}: {observation.problem}",
-        )
-    if service is None:
-        return out(
-            Action.WITHHOLD,
-            ReasonCode.NO_COST_MODEL,
-            state,
-            f"holding {state.config.describe()}: no step-cost model (performance profile) is "
-            f"known for this service, so no config can be predicted",
-        )
-
-    age = now - observation.window_end
-    if age > settings.max_staleness_s:
-        return out(
-            Action.WITHHOLD,
-            ReasonCode.METRICS_STALE,
-            state,
-            f"holding {state.config.describe()}: the latest measurements are {age:.0f}s old "
-            f"(limit {settings.max_staleness_s:.0f}s)",
-        )
-    state = replace(
-        state, cost_evidence=state.cost_evidence.add(observation.cost_points, service.cost)
-    )
-    posterior = CostPosterior.of(service.cost, state.cost_evidence)
-    cost = posterior.model()
-    load = observation.load
-    if load is None or load.samples < settings.min_load_samples:
-        seen = load.samples if load else 0
-        return out(
-            Action.WITHHOLD,
-            ReasonCode.TOO_LITTLE_LOAD,
-            state,
-            f"holding {state.config.describe()}: the window has {seen} busy load samples, "
-            f"fewer than the {settings.min_load_samples} a decision needs",
-        )
-
-    window_curve = _measure_acceptance(state, observation, load, cost, settings)
+) -> tuple[ControllerState, Regime, bool]:
+    """The state with the window's regime and acceptance learnt; whether the regime is new."""
+    window_curve = _measure_acceptance(state, measured, load, cost, settings)
     regime, new_regime = track_regime(
         state.regime,
         load,
         window_curve,
-        observation.num_drafts,
-        observation.window_end,
+        measured.num_drafts,
+        measured.window_end,
         settings.regime,
     )
     if new_regime and state.regime is not None:
@@ -606,41 +570,38 @@ def decide(
         state = replace(state, regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:])
     state = replace(state, regime=regime)
     if window_curve is not None:
-        state = replace(state, acceptance=window_curve, acceptance_drafts=observation.num_drafts)
-    if regime.doubts > 0:
-        return out(
-            Action.WITHHOLD,
-            ReasonCode.REGIME_UNCONFIRMED,
-            state,
-            f"holding {state.config.describe()}: the load or acceptance moved away from the "
-            f"current regime; waiting for {settings.regime.confirmations} windows in a row "
-            f"to confirm a new one",
-        )
-    acceptance = _acceptance_for_policy(state, regime, service)
-    if acceptance is None:
-        return out(
-            Action.WITHHOLD,
-            ReasonCode.ACCEPTANCE_UNKNOWN,
-            state,
-            f"holding {state.config.describe()}: acceptance is unknown (fewer than "
-            f"{settings.min_drafts} drafts measured and no prior)",
-            new_regime=new_regime,
-        )
+        state = replace(state, acceptance=window_curve, acceptance_drafts=measured.num_drafts)
+    return state, regime, new_regime
 
-    choice = _policy(state, regime, acceptance, observation, service, cost, settings)
+
+def _evaluate(
+    state: ControllerState,
+    regime: Regime,
+    acceptance: tuple[AcceptanceCurve, float],
+    measured: ControlInput,
+    service: ServiceModel,
+    posterior: CostPosterior,
+    cost: LearnedCost,
+    settings: ControlSettings,
+    now: float,
+) -> _Evaluation:
+    """The policy's choice for the regime (with ``cost``, the posterior's mean), its gain
+    under the posterior, and the crossovers the profile alone predicts, to set beside the
+    measured ones."""
+    choice = _policy(state, regime, acceptance, measured, service, cost, settings)
     likely, bands = _under_posterior(
         choice,
         state.config,
         regime.load,
         posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points),
-        observation.context_tokens,
+        measured.context_tokens,
         settings,
         service.max_batch,
     )
     prior_model = SpeedModel(
         CostPosterior.of(service.cost, CostEvidence()).model(),
         choice.acceptance,
-        observation.context_tokens,
+        measured.context_tokens,
     )
     prior_crossovers = crossovers(
         prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
@@ -648,81 +609,90 @@ def decide(
     mean_gain = choice.gain_over_current
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
     probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
-    gain = mean_gain if probe else likely
-    gain_s = gain * horizon
-    if settings.mode in (Mode.FIXED, Mode.OFF):
-        return out(
-            Action.KEEP,
-            ReasonCode.MODE_FROZEN,
-            state,
-            f"mode {settings.mode.value} never changes the config; the policy would choose "
-            f"{choice.config.describe()} ({gain:+.1%}): {choice.reason}",
-            choice,
-            gain_s,
-            new_regime,
-        )
-    if choice.config == state.config or gain < settings.min_gain:
-        verdict = (
-            "is the best config"
-            if choice.config == state.config
-            else f"stays: {choice.config.describe()} would gain only {gain:+.1%} with "
-            f"{settings.gain_confidence:.0%} confidence ({mean_gain:+.1%} at the mean), below "
-            f"the {settings.min_gain:.0%} minimum"
-        )
-        return out(
-            Action.KEEP,
-            ReasonCode.ALREADY_BEST if choice.config == state.config else ReasonCode.GAIN_TOO_SMALL,
-            state,
-            f"{state.config.describe()} {verdict}. {choice.reason} {_cost_words(state)}",
-            choice,
-            gain_s,
-            new_regime,
-        )
+    return _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
+
+
+def _keep_words(state: ControllerState, evaluation: _Evaluation, settings: ControlSettings) -> str:
+    """Why the config in force stays when the choice is it, or gains too little."""
+    choice, gain = evaluation.choice, evaluation.gain
+    verdict = (
+        "is the best config"
+        if choice.config == state.config
+        else f"stays: {choice.config.describe()} would gain only {gain:+.1%} with "
+        f"{settings.gain_confidence:.0%} confidence ({evaluation.mean_gain:+.1%} at the mean), "
+        f"below the {settings.min_gain:.0%} minimum"
+    )
+    return f"{state.config.describe()} {verdict}. {choice.reason} {_cost_words(state)}"
+
+
+def _pays_words(
+    state: ControllerState, evaluation: _Evaluation, restart_cost: float, settings: ControlSettings
+) -> str:
+    """The gain set against the restart, in words."""
+    gain, mean_gain, likely = evaluation.gain, evaluation.mean_gain, evaluation.likely
     likely_words = (
         f"{mean_gain:+.1%} at the mean, only {likely:+.1%} with "
         f"{settings.gain_confidence:.0%} confidence: a probe, since the step time at the "
         f"k it runs at this load was never measured"
-        if probe
+        if evaluation.probe
         else f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean)"
     )
-    pays = (
-        f"{likely_words} over an expected {horizon:.0f}s of this regime is {gain_s:.0f}s of "
-        f"service against {restart_cost:.0f}s lost to a restart (margin {settings.margin:g}x); "
-        f"{_cost_words(state)}"
+    return (
+        f"{likely_words} over an expected {evaluation.horizon:.0f}s of this regime is "
+        f"{evaluation.gain_s:.0f}s of service against {restart_cost:.0f}s lost to a restart "
+        f"(margin {settings.margin:g}x); {_cost_words(state)}"
     )
-    if gain_s <= settings.margin * restart_cost:
-        return out(
+
+
+def _judge(
+    state: ControllerState,
+    evaluation: _Evaluation,
+    restart_cost: float,
+    settings: ControlSettings,
+    now: float,
+) -> _Outcome:
+    """Keep, withhold or reconfigure to the policy's choice: the mode, the gain against the
+    restart, then the rules that forbid a change now."""
+    choice = evaluation.choice
+
+    def kept(action: Action, code: ReasonCode, reason: str) -> _Outcome:
+        return _Outcome(action, code, state, reason, evaluation)
+
+    if settings.mode in (Mode.FIXED, Mode.OFF):
+        return kept(
+            Action.KEEP,
+            ReasonCode.MODE_FROZEN,
+            f"mode {settings.mode.value} never changes the config; the policy would choose "
+            f"{choice.config.describe()} ({evaluation.gain:+.1%}): {choice.reason}",
+        )
+    if choice.config == state.config:
+        return kept(Action.KEEP, ReasonCode.ALREADY_BEST, _keep_words(state, evaluation, settings))
+    if evaluation.gain < settings.min_gain:
+        return kept(
+            Action.KEEP, ReasonCode.GAIN_TOO_SMALL, _keep_words(state, evaluation, settings)
+        )
+    pays = _pays_words(state, evaluation, restart_cost, settings)
+    if evaluation.gain_s <= settings.margin * restart_cost:
+        return kept(
             Action.KEEP,
             ReasonCode.RESTART_NOT_WORTH,
-            state,
             f"{state.config.describe()} stays: switching to {choice.config.describe()} does not "
             f"pay: {pays}",
-            choice,
-            gain_s,
-            new_regime,
         )
     blocked = _gate(state, settings, now)
     if blocked is not None:
         code, rule = blocked
-        return out(
+        return kept(
             Action.WITHHOLD,
             code,
-            state,
             f"{choice.config.describe()} would pay ({pays}) but is withheld: {rule}",
-            choice,
-            gain_s,
-            new_regime,
         )
     if settings.mode is Mode.ADVISE:
-        return out(
+        return kept(
             Action.WITHHOLD,
             ReasonCode.ADVISE_ONLY,
-            state,
             f"mode Advise: recommending {choice.config.describe()} ({pays}); not applied. "
             f"{choice.reason}",
-            choice,
-            gain_s,
-            new_regime,
         )
     changed = replace(
         state,
@@ -731,13 +701,126 @@ def decide(
         changes=(*[t for t in state.changes if now - t < _HOUR], now),
         last_change_at=now,
     )
-    return out(
+    return _Outcome(
         Action.RECONFIGURE,
-        ReasonCode.PROBE if probe else ReasonCode.GAIN_PAYS_RESTART,
+        ReasonCode.PROBE if evaluation.probe else ReasonCode.GAIN_PAYS_RESTART,
         changed,
         f"reconfiguring {state.config.describe()} -> {choice.config.describe()}: {pays}. "
         f"{choice.reason}",
-        choice,
-        gain_s,
-        new_regime,
+        evaluation,
     )
+
+
+def _plan_measured(
+    state: ControllerState,
+    measured: ControlInput,
+    service: ServiceModel,
+    settings: ControlSettings,
+    restart_cost: float,
+    now: float,
+) -> _Outcome:
+    """Learn from a fresh window (step times, regime, acceptance), then judge the policy's
+    choice, unless the window holds too little to choose on."""
+    state = replace(
+        state, cost_evidence=state.cost_evidence.add(measured.cost_points, service.cost)
+    )
+    posterior = CostPosterior.of(service.cost, state.cost_evidence)
+    cost = posterior.model()
+    load = measured.load
+    if load is None or load.samples < settings.min_load_samples:
+        return _holding(
+            state,
+            ReasonCode.TOO_LITTLE_LOAD,
+            f"the window has {load.samples if load else 0} busy load samples, "
+            f"fewer than the {settings.min_load_samples} a decision needs",
+        )
+    state, regime, new_regime = _track(state, measured, load, cost, settings)
+    if regime.doubts > 0:
+        return _holding(
+            state,
+            ReasonCode.REGIME_UNCONFIRMED,
+            f"the load or acceptance moved away from the current regime; waiting for "
+            f"{settings.regime.confirmations} windows in a row to confirm a new one",
+        )
+    acceptance = _acceptance_for_policy(state, regime, service)
+    if acceptance is None:
+        unknown = _holding(
+            state,
+            ReasonCode.ACCEPTANCE_UNKNOWN,
+            f"acceptance is unknown (fewer than {settings.min_drafts} drafts measured and "
+            f"no prior)",
+        )
+        return replace(unknown, new_regime=new_regime)
+    evaluation = _evaluate(
+        state, regime, acceptance, measured, service, posterior, cost, settings, now
+    )
+    return replace(_judge(state, evaluation, restart_cost, settings, now), new_regime=new_regime)
+
+
+def _plan(
+    state: ControllerState,
+    measured: ControlInput,
+    service: ServiceModel | None,
+    settings: ControlSettings,
+    restart_cost: float,
+    now: float,
+) -> _Outcome:
+    """What this tick does: follow a rollout, hold for want of fresh measurements or of a
+    cost model, or decide on the window."""
+    if state.rollout is not None:
+        return _follow_rollout(state, state.rollout, measured, settings, now)
+    if measured.problem:
+        return _holding(state, ReasonCode.METRICS_UNAVAILABLE, measured.problem)
+    if service is None:
+        return _holding(
+            state,
+            ReasonCode.NO_COST_MODEL,
+            "no step-cost model (performance profile) is known for this service, so no "
+            "config can be predicted",
+        )
+    age = now - measured.window_end
+    if age > settings.max_staleness_s:
+        return _holding(
+            state,
+            ReasonCode.METRICS_STALE,
+            f"the latest measurements are {age:.0f}s old (limit {settings.max_staleness_s:.0f}s)",
+        )
+    return _plan_measured(state, measured, service, settings, restart_cost, now)
+
+
+def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
+    """The outcome as the decision record: what was chosen, its gain, the crossovers."""
+    evaluation = outcome.evaluation
+    choice = evaluation.choice if evaluation is not None else None
+    return Decision(
+        at=now,
+        action=outcome.action,
+        code=outcome.code,
+        config=outcome.state.config,
+        recommended=choice.config if choice else None,
+        applied=outcome.action in (Action.RECONFIGURE, Action.ROLLBACK),
+        reason=outcome.reason,
+        predicted_gain=choice.gain_over_current if choice else None,
+        gain_s=evaluation.gain_s if evaluation is not None else None,
+        restart_cost_s=restart_cost,
+        crossovers=choice.crossovers if choice else (),
+        new_regime=outcome.new_regime,
+        state=outcome.state,
+        likely_gain=evaluation.likely if evaluation is not None else None,
+        crossover_bands=evaluation.bands if evaluation is not None else (),
+        cost_measured=outcome.state.cost_evidence.points > 0,
+        prior_crossovers=evaluation.prior_crossovers if evaluation is not None else (),
+    )
+
+
+def decide(
+    state: ControllerState,
+    measured: ControlInput,
+    service: ServiceModel | None,
+    settings: ControlSettings,
+    now: float,
+) -> Decision:
+    """One tick of the slow loop; ``service`` is None when no step-cost model is known."""
+    restart_cost = _restart_cost(state, settings)
+    outcome = _plan(state, measured, service, settings, restart_cost, now)
+    return _decision(outcome, restart_cost, now)

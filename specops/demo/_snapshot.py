@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from specops.api import Decision, Measurements, SpeculativeConfigStatus
+from specops.api import DecisionStatus, Measurements, SpeculativeConfigStatus
 
 __all__ = [
     "DecisionView",
@@ -124,7 +124,7 @@ def engine_config(deployment: Obj | None) -> str | None:
     return None
 
 
-def decision_view(decision: Decision | None) -> DecisionView | None:
+def decision_view(decision: DecisionStatus | None) -> DecisionView | None:
     if decision is None:
         return None
     return DecisionView(
@@ -169,7 +169,7 @@ def take_snapshot(
             _part(SpeculativeConfigStatus, status.get("speculativeConfig"))
         ),
         deployment=describe_vllm_config(engine_config(deployment)) if deployment else "?",
-        decision=decision_view(_part(Decision, status.get("lastDecision"))),
+        decision=decision_view(_part(DecisionStatus, status.get("lastDecision"))),
         ready=int(deployment_status.get("readyReplicas") or 0),
         desired=int((deployment or {}).get("spec", {}).get("replicas") or 0),
         engines=tuple(sorted(describe_vllm_config(e) for e in engines)),

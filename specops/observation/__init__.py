@@ -1,8 +1,10 @@
 """What a vLLM pod measured: windowed acceptance, load, step cost and outcome estimates.
 
-The sidecar builds an :class:`Observation` from its own readings; the operator can build
-the same from Prometheus for a whole service. Both go through the same pure path:
-readings -> snapshots -> intervals -> window estimates.
+The sidecar builds a :class:`PodObservation` from its own readings; the operator can build
+the same from Prometheus for a whole service. Both poll a metrics source (the engine's
+``/metrics`` or Prometheus, each reading through the HTTP GET its caller passes) with one
+:class:`WindowedObserver`, and both go through the same pure path: readings -> snapshots
+-> intervals -> window estimates.
 """
 
 from specops.observation._acceptance import AcceptanceEstimate, ExpectedTokens, estimate_acceptance
@@ -27,8 +29,8 @@ from specops.observation._model import (
     ExpectedTokensObservation,
     LatencyObservation,
     LoadObservation,
-    Observation,
     OutcomeObservation,
+    PodObservation,
     PredictionObservation,
     SourceObservation,
     StepTimeFitObservation,
@@ -36,6 +38,7 @@ from specops.observation._model import (
 )
 from specops.observation._names import Counter, Gauge, Hist
 from specops.observation._observe import ObserverConfig, distribution_observation, observe
+from specops.observation._observer import OncePerCause, SourceCounts, WindowedObserver
 from specops.observation._outcome import LatencyQuantiles, histogram_quantile, latency_quantiles
 from specops.observation._series import (
     Reading,
@@ -52,6 +55,12 @@ from specops.observation._snapshot import (
     intervals_of,
     snapshot_from_reading,
 )
+from specops.observation._sources import (
+    EngineMetricsSource,
+    HttpGet,
+    MetricsSource,
+    PrometheusSource,
+)
 
 __all__ = [
     "RUNNING_BOUNDS",
@@ -64,6 +73,7 @@ __all__ = [
     "Counter",
     "Distribution",
     "DistributionObservation",
+    "EngineMetricsSource",
     "EstimateStatus",
     "ExpectedTokens",
     "ExpectedTokensObservation",
@@ -71,22 +81,28 @@ __all__ = [
     "Hist",
     "Histogram",
     "History",
+    "HttpGet",
     "Interval",
     "LatencyObservation",
     "LatencyQuantiles",
     "LoadObservation",
-    "Observation",
+    "MetricsSource",
     "ObserverConfig",
+    "OncePerCause",
     "OutcomeObservation",
+    "PodObservation",
     "PredictionObservation",
+    "PrometheusSource",
     "Reading",
     "Series",
     "Snapshot",
+    "SourceCounts",
     "SourceObservation",
     "StepTimeFit",
     "StepTimeFitObservation",
     "StepTimePrior",
     "WindowObservation",
+    "WindowedObserver",
     "adjusted_cost_model",
     "cost_point",
     "distribution",

@@ -1,4 +1,4 @@
-"""The Observation: what one pod (or a whole service) measured, as typed JSON.
+"""The PodObservation: what one pod (or a whole service) measured, as typed JSON.
 
 Served by the sidecar on ``/v1/observation`` and read by the operator. Every estimate
 carries a status: ``ok`` (fresh data), ``stale`` (the values are real measurements but
@@ -24,8 +24,8 @@ __all__ = [
     "ExpectedTokensObservation",
     "LatencyObservation",
     "LoadObservation",
-    "Observation",
     "OutcomeObservation",
+    "PodObservation",
     "PredictionObservation",
     "SourceObservation",
     "StepTimeFitObservation",
@@ -189,11 +189,13 @@ class SourceObservation(_Model):
     error: str = ""
 
 
-class Observation(_Model):
+class PodObservation(_Model):
     """One pod's (or service's) windowed measurements and what they predict."""
 
     namespace: str
-    pod: str
+    pod: str | None = Field(
+        description="The pod measured; null when the measurements are a whole service's."
+    )
     service: str
     observed_at: float
     latest_reading_at: float | None
@@ -204,3 +206,8 @@ class Observation(_Model):
     source: SourceObservation
     windows: list[WindowObservation]
     prediction: PredictionObservation
+
+    @property
+    def subject(self) -> str:
+        """What was measured, in a message: the pod, or the service when there is none."""
+        return self.pod if self.pod is not None else self.service

@@ -1,6 +1,6 @@
-"""From a history of snapshots to an Observation: every window, every estimate, a prediction.
+"""From a history of snapshots to a PodObservation: every window, every estimate, a prediction.
 
-Pure: the snapshots, ``now`` and the configuration go in, a frozen Observation comes
+Pure: the snapshots, ``now`` and the configuration go in, a frozen PodObservation comes
 out. A window is the readings in ``(now - length, now]``; counters are summed over the
 intervals inside it that have them (a series missing from some readings only shortens
 the time it is measured over), so a gap never reads as zero traffic.
@@ -32,8 +32,8 @@ from specops.observation._model import (
     ExpectedTokensObservation,
     LatencyObservation,
     LoadObservation,
-    Observation,
     OutcomeObservation,
+    PodObservation,
     PredictionObservation,
     SourceObservation,
     StepTimeFitObservation,
@@ -75,12 +75,13 @@ _UNKNOWN = EstimateStatus.UNKNOWN
 class ObserverConfig:
     """Who is observed, over which windows, and the prior the predictions start from.
 
-    ``cost_model`` is the performance profile's step-cost model for the running method;
-    without it there is no step-time fit and no prediction.
+    ``pod`` is None when the readings are a whole service's (its pods' series in
+    Prometheus, read at once). ``cost_model`` is the performance profile's step-cost model
+    for the running method; without it there is no step-time fit and no prediction.
     """
 
     namespace: str
-    pod: str
+    pod: str | None
     service: str
     windows_s: tuple[float, ...] = (60.0, 300.0, 900.0)
     prediction_window_s: float = 300.0
@@ -426,7 +427,7 @@ def observe(
     config: ObserverConfig,
     source: SourceObservation,
     intervals: Sequence[Interval] | None = None,
-) -> Observation:
+) -> PodObservation:
     """Every window's estimates at ``now`` from time-ordered ``snapshots`` (pure).
 
     ``intervals`` may pass ``intervals_of(snapshots)`` kept up to date by the caller, one
@@ -451,7 +452,7 @@ def observe(
         length: _window(length, snapshots, intervals, now, status, config, prior)
         for length in config.windows_s
     }
-    return Observation(
+    return PodObservation(
         namespace=config.namespace,
         pod=config.pod,
         service=config.service,

@@ -107,26 +107,7 @@ def parse_prometheus_matrix(
     empty list when nothing is newer than ``after``. Raises :class:`MetricsError` for an
     error answer or one that is not a matrix.
     """
-    if not isinstance(payload, dict):
-        raise MetricsError("Prometheus answer is not a JSON object")
-    if payload.get("status") != "success":
-        raise MetricsError(
-            f"PromQL error ({payload.get('errorType', 'unknown')}): "
-            f"{payload.get('error', 'no message')}"
-        )
-    data = payload.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "matrix":
-        raise MetricsError("Prometheus answer has no matrix under data.result; query a range")
-    by_target: dict[tuple[str, str], list[_Samples]] = {}
-    try:
-        for result in data["result"]:
-            labels: dict[str, str] = dict(result["metric"])
-            if result["values"]:
-                name = labels.pop("__name__", "")
-                values = {float(stamp): float(text) for stamp, text in result["values"]}
-                by_target.setdefault(_target(labels), []).append(_Samples(name, labels, values))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise MetricsError(f"Prometheus matrix is malformed: {exc!r}") from exc
+    by_target = _series_by_target(_matrix(payload))
     if not by_target:
         return None
     scrapes = {
@@ -140,17 +121,57 @@ def parse_prometheus_matrix(
         if last is not None and (when <= last or when - last < spacing):
             continue
         last = when
-        series: list[Series] = []
-        for target, members in by_target.items():
-            stamps = scrapes[target]
-            latest = stamps[bisect.bisect_right(stamps, when) - 1] if stamps[0] <= when else None
-            if latest is None or (stale_s is not None and when - latest > stale_s):
-                continue
-            series.extend(
-                Series(m.name, m.labels, m.values[latest]) for m in members if latest in m.values
-            )
-        readings.append(Reading(timestamp=when, series=series))
+        readings.append(_reading_at(when, by_target, scrapes, stale_s))
     return readings
+
+
+def _matrix(payload: Any) -> dict[str, Any]:
+    """The data of a successful range query; a MetricsError for any other answer."""
+    if not isinstance(payload, dict):
+        raise MetricsError("Prometheus answer is not a JSON object")
+    if payload.get("status") != "success":
+        raise MetricsError(
+            f"PromQL error ({payload.get('errorType', 'unknown')}): "
+            f"{payload.get('error', 'no message')}"
+        )
+    data = payload.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise MetricsError("Prometheus answer has no matrix under data.result; query a range")
+    return data
+
+
+def _series_by_target(data: Mapping[str, Any]) -> dict[tuple[str, str], list[_Samples]]:
+    """The matrix's series with samples, grouped by the target that exposed them."""
+    by_target: dict[tuple[str, str], list[_Samples]] = {}
+    try:
+        for entry in data["result"]:
+            labels: dict[str, str] = dict(entry["metric"])
+            if entry["values"]:
+                name = labels.pop("__name__", "")
+                values = {float(stamp): float(text) for stamp, text in entry["values"]}
+                by_target.setdefault(_target(labels), []).append(_Samples(name, labels, values))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise MetricsError(f"Prometheus matrix is malformed: {exc!r}") from exc
+    return by_target
+
+
+def _reading_at(
+    when: float,
+    by_target: Mapping[tuple[str, str], list[_Samples]],
+    scrapes: Mapping[tuple[str, str], list[float]],
+    stale_s: float | None,
+) -> Reading:
+    """What an instant query at ``when`` sees: each live target's latest scrape by then."""
+    series: list[Series] = []
+    for target, members in by_target.items():
+        stamps = scrapes[target]
+        latest = stamps[bisect.bisect_right(stamps, when) - 1] if stamps[0] <= when else None
+        if latest is None or (stale_s is not None and when - latest > stale_s):
+            continue
+        series.extend(
+            Series(m.name, m.labels, m.values[latest]) for m in members if latest in m.values
+        )
+    return Reading(timestamp=when, series=series)
 
 
 def _scrape_spacing(scrapes: Iterable[Sequence[float]]) -> float:

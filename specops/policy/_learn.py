@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from specops.policy._cost import StepCostModel, StepShape
@@ -52,6 +52,7 @@ TERMS = (
     "speculating",
 )
 _DIM = len(TERMS)
+_TRIES = 64
 # Feature units keep the normal equations well conditioned: seconds per 1 (fixed), per
 # 1000 batched tokens, per 1e6 context tokens, per draft position.
 _SCALE = (1.0, 1e-3, 1e-6, 1e-3, 1e-3, 1.0, 1e-3, 1.0)
@@ -274,8 +275,21 @@ def _solve(lower: Sequence[float], rhs: Sequence[float]) -> list[float]:
     return x
 
 
-def _nonnegative_mean(precision: Sequence[float], rhs: Sequence[float]) -> tuple[float, ...]:
-    """The posterior's mode with every coefficient >= 0 (each term is a cost).
+def _pinned(matrix: Sequence[float], pinned: Set[int]) -> list[float]:
+    """The precision with the pinned coefficients cut loose (held at 0, unit diagonal)."""
+    out = list(matrix)
+    for i in pinned:
+        for j in range(_DIM):
+            out[i * _DIM + j] = out[j * _DIM + i] = 0.0
+        out[i * _DIM + i] = 1.0
+    return out
+
+
+def _nonnegative_mode(
+    precision: Sequence[float], rhs: Sequence[float]
+) -> tuple[tuple[float, ...], frozenset[int]]:
+    """The posterior's mode with every coefficient >= 0 (each term is a cost), and the
+    coefficients the constraint holds at 0.
 
     Unconstrained, a few collinear points (one k, a narrow range of batches) can trade a
     negative term against a large one and predict absurd step times away from the data.
@@ -283,17 +297,11 @@ def _nonnegative_mean(precision: Sequence[float], rhs: Sequence[float]) -> tuple
     """
     pinned: set[int] = set()
     while True:
-        matrix = list(precision)
-        vector = list(rhs)
-        for i in pinned:
-            for j in range(_DIM):
-                matrix[i * _DIM + j] = matrix[j * _DIM + i] = 0.0
-            matrix[i * _DIM + i] = 1.0
-            vector[i] = 0.0
-        solution = _solve(_cholesky(matrix), vector)
+        vector = [0.0 if i in pinned else v for i, v in enumerate(rhs)]
+        solution = _solve(_cholesky(_pinned(precision, pinned)), vector)
         negative = [i for i in range(_DIM) if solution[i] < 0 and i not in pinned]
         if not negative:
-            return tuple(max(v, 0.0) for v in solution)
+            return tuple(max(v, 0.0) for v in solution), frozenset(pinned)
         pinned.add(min(negative, key=lambda i: solution[i]))
 
 
@@ -313,12 +321,17 @@ class LearnedCost:
 
 @dataclass(frozen=True, slots=True)
 class CostPosterior:
-    """The coefficients' Gaussian posterior: its mean model and draws from it."""
+    """The coefficients' posterior: its mode (every term >= 0) and draws from it.
+
+    Draws come from the Gaussian around the mode with the terms the constraint holds at
+    0 kept there (the posterior of the others given them), each clipped at 0.
+    """
 
     prior: CostPrior
     evidence: CostEvidence
     mean: tuple[float, ...]
     _lower: tuple[float, ...]
+    _pinned: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, prior: CostPrior, evidence: CostEvidence) -> CostPosterior:
@@ -328,8 +341,8 @@ class CostPosterior:
             p = 1.0 / prior.stddev[i] ** 2
             precision[i * _DIM + i] += p
             rhs[i] += p * prior.mean[i]
-        lower = _cholesky(precision)
-        return cls(prior, evidence, _nonnegative_mean(precision, rhs), tuple(lower))
+        mode, pinned = _nonnegative_mode(precision, rhs)
+        return cls(prior, evidence, mode, tuple(_cholesky(_pinned(precision, pinned))), pinned)
 
     @property
     def measured(self) -> bool:
@@ -344,7 +357,10 @@ class CostPosterior:
 
     def stddev(self, shape: StepShape) -> float:
         """Posterior standard deviation of the step time of ``shape``."""
-        x = _shape_features(shape, self.prior.knee_tokens)
+        x = [
+            0.0 if i in self._pinned else v
+            for i, v in enumerate(_shape_features(shape, self.prior.knee_tokens))
+        ]
         # Var = x' P^-1 x = |L^-1 x|^2
         y = [0.0] * _DIM
         lower = self._lower
@@ -352,18 +368,33 @@ class CostPosterior:
             y[i] = (x[i] - sum(lower[i * _DIM + m] * y[m] for m in range(i))) / lower[i * _DIM + i]
         return math.sqrt(sum(v * v for v in y))
 
-    def draws(self, count: int, seed: int = 0) -> tuple[LearnedCost, ...]:
-        """``count`` coefficient sets from the posterior (seeded, so decisions repeat)."""
-        rng = random.Random(seed)
+    def _draw(self, rng: random.Random) -> list[float]:
+        z = [rng.gauss(0.0, 1.0) for _ in range(_DIM)]
+        # theta = mode + L'^-1 z has covariance (L L')^-1
         lower = self._lower
+        d = [0.0] * _DIM
+        for i in reversed(range(_DIM)):
+            d[i] = (z[i] - sum(lower[m * _DIM + i] * d[m] for m in range(i + 1, _DIM))) / lower[
+                i * _DIM + i
+            ]
+        return [
+            0.0 if i in self._pinned else m + v
+            for i, (m, v) in enumerate(zip(self.mean, d, strict=True))
+        ]
+
+    def draws(self, count: int, seed: int = 0) -> tuple[LearnedCost, ...]:
+        """``count`` coefficient sets from the posterior (seeded, so decisions repeat).
+
+        A draw with a negative term is drawn again (the posterior is truncated at 0), up to
+        ``_TRIES`` times, and is the mode when none of those is valid: clipping would bias
+        every draw upwards, along the directions the data cannot see.
+        """
+        rng = random.Random(seed)
         out: list[LearnedCost] = []
         for _ in range(count):
-            z = [rng.gauss(0.0, 1.0) for _ in range(_DIM)]
-            # theta = mean + L'^-1 z has covariance (L L')^-1
-            d = [0.0] * _DIM
-            for i in reversed(range(_DIM)):
-                d[i] = (z[i] - sum(lower[m * _DIM + i] * d[m] for m in range(i + 1, _DIM))) / lower[
-                    i * _DIM + i
-                ]
-            out.append(self._model([max(m + v, 0.0) for m, v in zip(self.mean, d, strict=True)]))
+            drawn = next(
+                (d for d in (self._draw(rng) for _ in range(_TRIES)) if min(d) >= 0),
+                list(self.mean),
+            )
+            out.append(self._model(drawn))
         return tuple(out)

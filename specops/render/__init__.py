@@ -21,9 +21,10 @@ from specops.render._objects import (
 )
 from specops.render._plan import Plan, plan
 from specops.render._speculation import (
-    SpeculationInForce,
     controller_choice_applies,
     data_parallel_size,
+    spec_config,
+    speculation_choice,
     speculation_from_spec,
     speculation_in_force,
     speculation_spec_hash,
@@ -40,7 +41,6 @@ __all__ = [
     "SIDECAR_PORT",
     "Plan",
     "RenderOptions",
-    "SpeculationInForce",
     "apply_defaults",
     "child_labels",
     "controller_choice_applies",
@@ -54,6 +54,8 @@ __all__ = [
     "render_pod_monitor",
     "render_service",
     "selector_labels",
+    "spec_config",
+    "speculation_choice",
     "speculation_from_spec",
     "speculation_in_force",
     "speculation_spec_hash",

@@ -14,8 +14,9 @@ from typing import Any
 
 from specops import __version__
 from specops.api import SpeculativeServiceSpec
+from specops.policy import SpecConfig
 from specops.profiles import PerformanceProfile, find_profile
-from specops.render._speculation import SpeculationInForce, vllm_speculative_config
+from specops.render._speculation import vllm_speculative_config
 
 __all__ = [
     "ENGINE_PORT",
@@ -102,7 +103,7 @@ def engine_shutdown_timeout(spec: SpeculativeServiceSpec) -> int:
     return grace - PRE_STOP_SLEEP_SECONDS - _TEARDOWN_SECONDS
 
 
-def _engine_args(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) -> list[str]:
+def _engine_args(spec: SpeculativeServiceSpec, speculative_config: str | None) -> list[str]:
     engine = spec.engine
     args = [
         spec.model,
@@ -121,9 +122,8 @@ def _engine_args(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) 
     ]
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
-    config = vllm_speculative_config(spec, speculation)
-    if config is not None:
-        args += ["--speculative-config", config.to_json()]
+    if speculative_config is not None:
+        args += ["--speculative-config", speculative_config]
     return [_kubelet_literal(arg) for arg in [*args, *engine.extra_args]]
 
 
@@ -165,12 +165,12 @@ def _engine_resources(spec: SpeculativeServiceSpec) -> Obj:
     }
 
 
-def _engine_container(spec: SpeculativeServiceSpec, speculation: SpeculationInForce) -> Obj:
+def _engine_container(spec: SpeculativeServiceSpec, speculative_config: str | None) -> Obj:
     return {
         "name": "vllm",
         "image": spec.engine.image,
         "command": ["vllm", "serve"],
-        "args": _engine_args(spec, speculation),
+        "args": _engine_args(spec, speculative_config),
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "env": _engine_env(spec),
         "resources": _engine_resources(spec),
@@ -264,16 +264,17 @@ def render_deployment(
     name: str,
     namespace: str,
     spec: SpeculativeServiceSpec,
-    speculation: SpeculationInForce,
+    speculation: SpecConfig,
     options: RenderOptions,
 ) -> Obj:
     """The vLLM Deployment: engine plus sidecar; a spec change rolls with no capacity lost,
     and an old pod finishes its running requests before it goes (preStop pause, then
     vLLM's --shutdown-timeout within the grace period)."""
     config = vllm_speculative_config(spec, speculation)
+    speculative_config = config.to_json() if config is not None else None
     pod_spec: Obj = {
         "containers": [
-            _engine_container(spec, speculation),
+            _engine_container(spec, speculative_config),
             _sidecar_container(name, namespace, spec, options),
         ],
         "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
@@ -302,11 +303,7 @@ def render_deployment(
                 "template": {
                     "metadata": {
                         "labels": child_labels(name),
-                        "annotations": {
-                            SPECULATIVE_CONFIG_ANNOTATION: "off"
-                            if config is None
-                            else config.to_json()
-                        },
+                        "annotations": {SPECULATIVE_CONFIG_ANNOTATION: speculative_config or "off"},
                     },
                     "spec": pod_spec,
                 },
@@ -397,7 +394,7 @@ def render_objects(
     name: str,
     namespace: str,
     spec: SpeculativeServiceSpec,
-    speculation: SpeculationInForce,
+    speculation: SpecConfig,
     options: RenderOptions,
 ) -> list[Obj]:
     """Every child of a SpeculativeService, in apply order."""

@@ -6,13 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specops.api import SpeculativeService, SpeculativeServiceSpec
+from specops.policy import SpecConfig
 from specops.render._defaults import apply_defaults
 from specops.render._objects import RenderOptions, render_objects
-from specops.render._speculation import (
-    SpeculationInForce,
-    controller_choice_applies,
-    speculation_in_force,
-)
+from specops.render._speculation import controller_choice_applies, speculation_in_force
 
 __all__ = ["Plan", "plan"]
 
@@ -22,7 +19,7 @@ class Plan:
     """The defaulted spec, the speculation chosen for it (and by whom), the rendered children."""
 
     spec: SpeculativeServiceSpec
-    speculation: SpeculationInForce
+    speculation: SpecConfig
     source: Literal["Spec", "Controller"]
     objects: tuple[dict[str, Any], ...]
 

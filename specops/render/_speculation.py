@@ -1,56 +1,46 @@
 """The speculation the pods run with: from the spec at first, later as the controller chose it.
 
-A :class:`SpeculationInForce` is an explicit render input, so the renderer never decides
-policy. :func:`speculation_in_force` picks the controller's choice stored in
-``status.speculativeConfig`` when it is still valid for the spec, and the spec's own
-starting point otherwise.
+In memory a speculation is a :class:`~specops.policy.SpecConfig` (k and the optional
+per-batch-size table; k = 0 is off); the draft model, the method and the other keys of
+vLLM's ``--speculative-config`` come from the spec. It is an explicit render input, so the
+renderer never decides policy. :func:`speculation_in_force` picks the controller's choice
+stored in ``status.speculativeConfig`` when it is still valid for the spec, and the spec's
+own starting point otherwise.
+
+The API keeps a speculation in two forms: ``SpeculationChoice`` (k and the table, in the
+controller's saved state) and ``SpeculativeConfigStatus`` (the same plus what the spec adds
+to it: method, draft model, vLLM's JSON, the spec hash). :func:`speculation_choice` and
+:func:`speculative_config_status` write them, :func:`spec_config` reads either back: the
+one way between the in-memory value and the API.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Literal
 
-from specops.api import BatchSizeRange, SpeculativeConfigStatus, SpeculativeServiceSpec
+from specops.api import (
+    BatchSizeRange,
+    SpeculationChoice,
+    SpeculativeConfigStatus,
+    SpeculativeServiceSpec,
+)
 from specops.errors import SpecValidationError
-from specops.vllm import BatchSizeSchedule, SpeculativeConfig, flag_value
+from specops.policy import ScheduleRange, SpecConfig
+from specops.vllm import SpeculativeConfig, flag_value
 
 __all__ = [
-    "SpeculationInForce",
     "controller_choice_applies",
     "data_parallel_size",
+    "spec_config",
+    "speculation_choice",
     "speculation_from_spec",
     "speculation_in_force",
     "speculation_spec_hash",
     "speculative_config_status",
     "vllm_speculative_config",
 ]
-
-
-@dataclass(frozen=True)
-class SpeculationInForce:
-    """Off, or k draft tokens per step (vLLM's num_speculative_tokens), optionally narrowed
-    per running batch size by a schedule of (first, last, k) ranges; plus the draft model."""
-
-    enabled: bool
-    num_speculative_tokens: int = 0
-    schedule: BatchSizeSchedule | None = None
-    draft_model: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.enabled and (self.num_speculative_tokens or self.schedule):
-            raise SpecValidationError("speculation that is off has no k and no schedule")
-        if self.enabled and self.num_speculative_tokens < 1:
-            raise SpecValidationError("speculation that is on needs num_speculative_tokens >= 1")
-        if self.schedule and max(k for _, _, k in self.schedule) > self.num_speculative_tokens:
-            raise SpecValidationError("a schedule's k may not exceed num_speculative_tokens")
-
-    @classmethod
-    def off(cls) -> SpeculationInForce:
-        """No --speculative-config: the draft model is not even loaded."""
-        return cls(enabled=False)
 
 
 def speculation_spec_hash(spec: SpeculativeServiceSpec) -> str:
@@ -77,7 +67,26 @@ def data_parallel_size(spec: SpeculativeServiceSpec) -> int:
         ) from exc
 
 
-def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpeculationInForce:
+def _checked(config: SpecConfig) -> SpecConfig:
+    """What the pods may be rendered with: no range of the table drafts past the cap."""
+    if any(r.k > config.num_speculative_tokens for r in config.per_batch_size):
+        raise SpecValidationError("a schedule's k may not exceed num_speculative_tokens")
+    return config
+
+
+def _config(k: int, ranges: list[BatchSizeRange] | None) -> SpecConfig:
+    """k and the API's table as one value, sorted by batch size."""
+    table = tuple(
+        ScheduleRange(r.min_batch_size, r.max_batch_size, r.num_speculative_tokens)
+        for r in sorted(ranges or [], key=lambda r: r.min_batch_size)
+    )
+    try:
+        return _checked(SpecConfig(k, table))
+    except ValueError as exc:
+        raise SpecValidationError(f"invalid speculation: {exc}") from exc
+
+
+def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpecConfig:
     """The starting point: Off, or k = initial, with the initial schedule when enabled.
 
     Beyond data-parallel 1 vLLM ignores the table and drafts its largest k at every batch
@@ -85,45 +94,39 @@ def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpeculationInForce:
     """
     speculation = spec.speculation
     if speculation.mode == "Off":
-        return SpeculationInForce.off()
+        return SpecConfig.off()
     k = speculation.num_speculative_tokens.initial
-    schedule: BatchSizeSchedule | None = None
     if speculation.per_batch_size_schedule and speculation.initial_schedule:
         k = max(r.num_speculative_tokens for r in speculation.initial_schedule)
-    if speculation.per_batch_size_schedule and data_parallel_size(spec) == 1:
-        ranges = speculation.initial_schedule or [
-            BatchSizeRange(
-                min_batch_size=1, max_batch_size=spec.engine.max_num_seqs, num_speculative_tokens=k
-            )
-        ]
-        schedule = tuple(
-            (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens)
-            for r in sorted(ranges, key=lambda r: r.min_batch_size)
+    if not speculation.per_batch_size_schedule or data_parallel_size(spec) != 1:
+        return _config(k, None)
+    ranges = speculation.initial_schedule or [
+        BatchSizeRange(
+            min_batch_size=1, max_batch_size=spec.engine.max_num_seqs, num_speculative_tokens=k
         )
-    return SpeculationInForce(
-        enabled=True,
-        num_speculative_tokens=k,
-        schedule=schedule,
-        draft_model=speculation.draft_model,
+    ]
+    return _config(k, ranges)
+
+
+def speculation_choice(config: SpecConfig) -> SpeculationChoice:
+    """The API's form of a speculation: k and the table (None when there is none)."""
+    table = [
+        BatchSizeRange(min_batch_size=r.start, max_batch_size=r.end, num_speculative_tokens=r.k)
+        for r in config.per_batch_size
+    ]
+    return SpeculationChoice(
+        num_speculative_tokens=config.num_speculative_tokens, schedule=table or None
     )
 
 
-def _from_status(status: SpeculativeConfigStatus) -> SpeculationInForce:
-    if not status.enabled:
-        return SpeculationInForce.off()
-    schedule = (
-        tuple(
-            (r.min_batch_size, r.max_batch_size, r.num_speculative_tokens) for r in status.schedule
-        )
-        if status.schedule
-        else None
-    )
-    return SpeculationInForce(
-        enabled=True,
-        num_speculative_tokens=status.num_speculative_tokens,
-        schedule=schedule,
-        draft_model=status.draft_model,
-    )
+def spec_config(recorded: SpeculationChoice | SpeculativeConfigStatus) -> SpecConfig:
+    """The speculation the API recorded; a status that is not enabled is off."""
+    if isinstance(recorded, SpeculativeConfigStatus):
+        if not recorded.enabled:
+            return SpecConfig.off()
+        if recorded.num_speculative_tokens < 1:
+            raise SpecValidationError("speculation that is on needs num_speculative_tokens >= 1")
+    return _config(recorded.num_speculative_tokens, recorded.schedule)
 
 
 def controller_choice_applies(
@@ -140,56 +143,51 @@ def controller_choice_applies(
 
 def speculation_in_force(
     spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
-) -> SpeculationInForce:
+) -> SpecConfig:
     """The controller's choice from status when it applies, else the spec's starting point."""
     if status is not None and controller_choice_applies(spec, status):
-        return _from_status(status)
+        return spec_config(status)
     return speculation_from_spec(spec)
 
 
 def vllm_speculative_config(
-    spec: SpeculativeServiceSpec, speculation: SpeculationInForce
+    spec: SpeculativeServiceSpec, config: SpecConfig
 ) -> SpeculativeConfig | None:
     """The --speculative-config for the pods, or None when speculation is off."""
-    if not speculation.enabled:
+    if config.is_off:
         return None
-    return SpeculativeConfig(
-        method=spec.speculation.method,
-        model=speculation.draft_model,
-        num_speculative_tokens=speculation.num_speculative_tokens,
-        num_speculative_tokens_per_batch_size=speculation.schedule,
-        prompt_lookup_min=spec.speculation.prompt_lookup_min,
-        prompt_lookup_max=spec.speculation.prompt_lookup_max,
-        draft_tensor_parallel_size=spec.speculation.draft_tensor_parallel_size,
+    speculation = spec.speculation
+    return SpeculativeConfig.model_validate(
+        {
+            "method": speculation.method,
+            "model": speculation.draft_model,
+            **_checked(config).as_vllm(),
+            "prompt_lookup_min": speculation.prompt_lookup_min,
+            "prompt_lookup_max": speculation.prompt_lookup_max,
+            "draft_tensor_parallel_size": speculation.draft_tensor_parallel_size,
+        }
     )
 
 
 def speculative_config_status(
     spec: SpeculativeServiceSpec,
-    speculation: SpeculationInForce,
+    config: SpecConfig,
     source: Literal["Spec", "Controller"],
 ) -> SpeculativeConfigStatus:
     """status.speculativeConfig for a speculation: structured, and the exact JSON vLLM gets."""
-    config = vllm_speculative_config(spec, speculation)
-    if config is None:
+    vllm = vllm_speculative_config(spec, config)
+    if vllm is None:
         return SpeculativeConfigStatus(
             enabled=False, source=source, spec_hash=speculation_spec_hash(spec)
         )
-    schedule = (
-        [
-            BatchSizeRange(min_batch_size=start, max_batch_size=end, num_speculative_tokens=k)
-            for start, end, k in speculation.schedule
-        ]
-        if speculation.schedule
-        else None
-    )
+    choice = speculation_choice(config)
     return SpeculativeConfigStatus(
         enabled=True,
         method=spec.speculation.method,
-        draft_model=speculation.draft_model,
-        num_speculative_tokens=speculation.num_speculative_tokens,
-        schedule=schedule,
-        json_=config.to_json(),
+        draft_model=spec.speculation.draft_model,
+        num_speculative_tokens=choice.num_speculative_tokens,
+        schedule=choice.schedule,
+        json_=vllm.to_json(),
         source=source,
         spec_hash=speculation_spec_hash(spec),
     )

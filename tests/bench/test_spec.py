@@ -14,7 +14,10 @@ def test_shipped_suites_load_and_the_short_one_inherits_the_service() -> None:
     assert {t.name for t in full_traces} == {"steady", "ramp", "bursts", "shift", "day", "noisy"}
     steady = next(t for t in short_traces if t.name == "steady")
     assert [s.concurrency for s in steady.segments] == [1, 32, 256]
-    assert steady.segments[0].duration_s == pytest.approx(180 * 0.33)
+    assert steady.segments[0].duration_s == pytest.approx(900)  # regimes the slow loop can act in
+    shift = next(t for t in short_traces if t.name == "shift")
+    assert shift.duration_s == pytest.approx(3600 * 0.5)
+    assert len(short.truth_axis) == 2 and set(short.truth_axis) < set(full.truth_axis)
 
 
 def test_ramp_segments_interpolate() -> None:

@@ -12,8 +12,8 @@ from specops.observation import (
     DistributionObservation,
     EstimateStatus,
     LoadObservation,
-    Observation,
     OutcomeObservation,
+    PodObservation,
     PredictionObservation,
     SourceObservation,
     WindowObservation,
@@ -30,7 +30,7 @@ def _distribution(values: Sequence[float], bounds: Sequence[float]) -> Distribut
 
 
 def pod_observation(
-    pod: str,
+    pod: str | None,
     *,
     at: float,
     running: Sequence[float],
@@ -42,7 +42,7 @@ def pod_observation(
     window_s: float = 300.0,
     tokens_per_second: float = 1000.0,
     cost_points: Sequence[CostPointObservation] = (),
-) -> Observation:
+) -> PodObservation:
     """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``."""
     ok = EstimateStatus.OK
     per_position = [alpha ** (i + 1) for i in range(k)]
@@ -75,7 +75,7 @@ def pod_observation(
         else CostObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
         outcome=OutcomeObservation(status=ok, output_tokens_per_second=tokens_per_second),
     )
-    return Observation(
+    return PodObservation(
         namespace="ml",
         pod=pod,
         service="llama",

@@ -7,9 +7,9 @@ import pytest
 
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
-    Observation,
     ReasonCode,
     ServiceModel,
     ServiceWindow,
@@ -17,8 +17,7 @@ from specops.control import (
     decide,
     service_window,
 )
-from specops.observation import CostPointObservation, EstimateStatus
-from specops.observation import Observation as PodObservation
+from specops.observation import CostPointObservation, EstimateStatus, PodObservation
 from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
@@ -55,7 +54,7 @@ def test_counters_add_up_and_loads_mix_by_samples() -> None:
     window = _window([a, b])
     assert window.available and window.reason == "Measured"
     assert window.pods_measured == 2
-    observation = window.observation
+    observation = window.control_input
     assert observation.num_drafts == 40_000
     assert observation.accepted_per_position[0] == pytest.approx(0.8 * 30_000 + 0.4 * 10_000)
     assert observation.window_end == NOW - 5  # the oldest pod's reading dates the window
@@ -74,7 +73,7 @@ def test_a_pod_on_another_k_or_without_fresh_data_is_left_out_and_named() -> Non
     stale = pod_observation("c", at=NOW - 600, running=[4] * 20, status=EstimateStatus.STALE)
     window = _window([fresh, other_k, stale], ["d: cannot reach http://10.0.0.4:9090"])
     assert window.available
-    assert window.observation.num_drafts == 50_000
+    assert window.control_input.num_drafts == 50_000
     assert "1 of 4 pods" in window.message
     for name in ("b: runs k=5", "c: estimates stale", "d: cannot reach"):
         assert name in window.message
@@ -102,11 +101,11 @@ def test_nothing_usable_is_said_and_withheld(
     window = _window(pods, failures)
     assert not window.available
     assert window.reason == reason
-    assert window.observation.problem
+    assert window.control_input.problem
     cost = StepCostModel(0.01, 0.001, 0.0, 0.0, DraftCost())
     decision = decide(
         ControllerState.initial(SpecConfig.static(3)),
-        window.observation,
+        window.control_input,
         ServiceModel("eagle3", cost_prior(cost, relative_stddev=1e-3, floor_fraction=1e-3)),
         ControlSettings(),
         NOW,
@@ -119,7 +118,7 @@ def test_nothing_usable_is_said_and_withheld(
 
 def test_a_whole_services_observation_is_named_by_the_service() -> None:
     """Read from Prometheus, the observation has no pod; mid-rollout it still runs the old k."""
-    window = _window([pod_observation("", at=NOW, running=[4] * 20, k=5)])
+    window = _window([pod_observation(None, at=NOW, running=[4] * 20, k=5)])
     assert not window.available
     assert window.message == "no usable measurements: llama: runs k=5, not the k=3 in force"
 
@@ -127,22 +126,22 @@ def test_a_whole_services_observation_is_named_by_the_service() -> None:
 def test_context_comes_from_kv_use_over_running_requests() -> None:
     pod = pod_observation("a", at=NOW, running=[8] * 20, kv_usage=0.4)
     window = _window([pod], kv_capacity_tokens=400_000, default_context_tokens=1024.0)
-    assert window.observation.context_tokens == pytest.approx(0.4 * 400_000 / 8)
-    assert _window([pod]).observation.context_tokens == 1024.0
+    assert window.control_input.context_tokens == pytest.approx(0.4 * 400_000 / 8)
+    assert _window([pod]).control_input.context_tokens == 1024.0
 
 
 def test_speculation_off_has_load_and_no_acceptance() -> None:
     window = _window([pod_observation("a", at=NOW, running=[64] * 20, k=0)], k=0)
     assert window.available
-    assert window.observation.num_drafts == 0
-    assert window.observation.accepted_per_position == ()
-    load = window.observation.load
+    assert window.control_input.num_drafts == 0
+    assert window.control_input.accepted_per_position == ()
+    load = window.control_input.load
     assert load is not None and load.samples == 20
     assert (load.weights[0][0], load.max_batch) == (49, 64)  # the bucket (48, 64]
 
 
 def test_without_a_cost_model_the_loop_only_follows_rollouts() -> None:
-    observation = Observation(
+    observation = ControlInput(
         window_end=NOW,
         load=BatchDistribution.constant(4),
         context_tokens=0,
@@ -162,8 +161,8 @@ def test_step_points_whose_counters_contradict_the_config_are_left_out() -> None
         batched_tokens=8, step_seconds=0.01, steps=100, batch=8, drafted_tokens=0, drafts=0, end=2
     )
     pod = pod_observation("a", at=NOW, running=[8] * 30, cost_points=[drafting, silent])
-    points = _window([pod]).observation.cost_points
+    points = _window([pod]).control_input.cost_points
     assert [p.end for p in points] == [1]  # k = 3 in force: a step that drafted nothing is broken
     assert points[0].positions == pytest.approx(3.0) and points[0].speculating == 1.0
     off = pod_observation("a", at=NOW, running=[8] * 30, k=0, cost_points=[drafting, silent])
-    assert [p.end for p in _window([off], k=0).observation.cost_points] == [2]
+    assert [p.end for p in _window([off], k=0).control_input.cost_points] == [2]

@@ -12,10 +12,10 @@ import pytest
 
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
     Mode,
-    Observation,
     ServiceModel,
     decide,
 )
@@ -46,9 +46,9 @@ SETTINGS = ControlSettings(
 GAIN_K3_TO_K1 = (6 / 18) / (7.5 / 26) - 1
 
 
-def _window(end: float, batches: list[int], k: int = 3, alpha: float = 0.5) -> Observation:
+def _window(end: float, batches: list[int], k: int = 3, alpha: float = 0.5) -> ControlInput:
     drafts = 10_000.0 if k else 0.0
-    return Observation(
+    return ControlInput(
         window_end=end,
         load=BatchDistribution.from_samples(batches),
         context_tokens=0,
@@ -57,7 +57,7 @@ def _window(end: float, batches: list[int], k: int = 3, alpha: float = 0.5) -> O
     )
 
 
-def _steady(end: float, batch: int = 4, k: int = 3) -> Observation:
+def _steady(end: float, batch: int = 4, k: int = 3) -> ControlInput:
     return _window(end, [batch] * 60, k)
 
 
@@ -190,7 +190,7 @@ def test_rollback_when_new_pods_are_not_ready_then_cooldown() -> None:
     assert again.config == SpecConfig.static(3)
 
 
-def _noisy(end: float, rng: random.Random, mean: int, k: int) -> Observation:
+def _noisy(end: float, rng: random.Random, mean: int, k: int) -> ControlInput:
     batches = [max(1, round(rng.gauss(mean, mean * 0.15))) for _ in range(60)]
     drafts = 5000
     accepted = []
@@ -198,7 +198,7 @@ def _noisy(end: float, rng: random.Random, mean: int, k: int) -> Observation:
     for _ in range(k):
         survivors = sum(rng.random() < 0.5 for _ in range(survivors))
         accepted.append(float(survivors))
-    return Observation(
+    return ControlInput(
         end, BatchDistribution.from_samples(batches), 0, float(drafts), tuple(accepted)
     )
 

@@ -6,9 +6,9 @@ import pytest
 
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
-    Observation,
     ReasonCode,
     ServiceModel,
     decide,
@@ -30,9 +30,9 @@ SETTINGS = ControlSettings(
 )
 
 
-def _observation(batch: int, k: int, points: tuple[StepPoint, ...] = ()) -> Observation:
+def _observation(batch: int, k: int, points: tuple[StepPoint, ...] = ()) -> ControlInput:
     drafts = 10_000.0
-    return Observation(
+    return ControlInput(
         window_end=0.0,
         load=BatchDistribution.from_samples([batch] * 60),
         context_tokens=700,

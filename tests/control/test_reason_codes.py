@@ -10,10 +10,10 @@ import pytest
 
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
     Mode,
-    Observation,
     ReasonCode,
     Rollout,
     ServiceModel,
@@ -32,8 +32,8 @@ K3 = ControllerState.initial(SpecConfig.static(3))
 K1 = ControllerState.initial(SpecConfig.static(1))
 
 
-def _window(end: float = 0.0, samples: int = 60, drafts: float = 10_000.0) -> Observation:
-    return Observation(
+def _window(end: float = 0.0, samples: int = 60, drafts: float = 10_000.0) -> ControlInput:
+    return ControlInput(
         window_end=end,
         load=BatchDistribution.from_samples([4] * samples),
         context_tokens=0,
@@ -90,7 +90,7 @@ def _window(end: float = 0.0, samples: int = 60, drafts: float = 10_000.0) -> Ob
 )
 def test_each_outcome_has_its_code(
     state: ControllerState,
-    observation: Observation,
+    observation: ControlInput,
     settings: ControlSettings,
     action: Action,
     code: ReasonCode,
@@ -116,7 +116,7 @@ def test_a_table_is_chosen_only_where_the_user_allows_one() -> None:
         cost=cost_prior(COST, relative_stddev=1e-3, floor_fraction=1e-3),
         max_batch=64,
     )
-    spread = Observation(
+    spread = ControlInput(
         window_end=0.0,
         load=BatchDistribution.from_samples([1] * 50 + [7] * 10),
         context_tokens=0,

@@ -1,7 +1,7 @@
 """The operator's control loop without Kubernetes, for the dashboards' PromQL tests.
 
 Each tick does what the operator's tick does between reading the API and writing status:
-the pod's observation from its real sidecar (the operator's own ``DirectSource``), the
+the pod's observation from its real sidecar (the operator's own ``SidecarSource``), the
 window (``service_window``), the pure ``decide``, and the operator's own metric recording
 into its registry, which ``serving_operator_metrics`` serves as the operator pod does.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import yaml
 from prometheus_client import REGISTRY, start_http_server
-from specops_operator._control import _record_metrics
-from specops_operator._fetch import DirectSource, PodTarget
+from specops_operator._control import _report
+from specops_operator._fetch import PodTarget, SidecarSource
 from specops_operator._metrics import forget_service, start_service
 
 from specops.api import parse_service
@@ -97,7 +97,7 @@ async def drive_decisions(
     deadline = time.monotonic() + seconds
     start_service(namespace, service)  # as the operator's loop does for each service
     async with httpx.AsyncClient(timeout=10) as client:
-        source = DirectSource(client, port=int(port))
+        source = SidecarSource(client, port=int(port))
         while time.monotonic() < deadline:
             fetched = await source.fetch(namespace, service, spec, [PodTarget(pod, host)])
             now = time.time()
@@ -110,8 +110,8 @@ async def drive_decisions(
                 pods_ready=state.config == running,  # the engine keeps running its config
                 kv_capacity_tokens=profile.kv_capacity("eagle3"),
             )
-            decision = decide(state, window.observation, model, _SETTINGS, now)
-            _record_metrics(namespace, service, Mode.AUTO.value, decision)
+            decision = decide(state, window.control_input, model, _SETTINGS, now)
+            _report(namespace, service, Mode.AUTO.value, decision)
             taken[decision.action.value, decision.code.value] += 1
             state = decision.state
             await asyncio.sleep(1.0)

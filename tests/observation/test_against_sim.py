@@ -11,8 +11,8 @@ import pytest
 
 from specops.observation import (
     EstimateStatus,
-    Observation,
     ObserverConfig,
+    PodObservation,
     Snapshot,
     SourceObservation,
     observe,
@@ -92,7 +92,7 @@ def run() -> Run:
     return Run(snapshots, steps)
 
 
-def observation(snapshots: list[Snapshot], prior_scale: float = 1.0) -> Observation:
+def observation(snapshots: list[Snapshot], prior_scale: float = 1.0) -> PodObservation:
     model = PROFILE.cost_model("eagle")
     prior_model = dataclasses.replace(
         model, t_fixed=model.t_fixed * prior_scale, c_tok=model.c_tok * prior_scale

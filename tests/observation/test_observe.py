@@ -4,8 +4,8 @@ import pytest
 
 from specops.observation import (
     EstimateStatus,
-    Observation,
     ObserverConfig,
+    PodObservation,
     Snapshot,
     SourceObservation,
     observe,
@@ -195,7 +195,7 @@ def test_observation_round_trips_through_json() -> None:
     engine.load(running=8)
     snaps = drive(engine, [8] * 4)
     obs = observe(snaps, now=snaps[-1].timestamp, config=config(), source=SOURCE)
-    assert Observation.model_validate_json(obs.model_dump_json()) == obs
+    assert PodObservation.model_validate_json(obs.model_dump_json()) == obs
 
 
 def test_prior_is_reported_next_to_the_fit() -> None:

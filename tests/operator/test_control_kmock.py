@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 import pytest
 from prometheus_client import REGISTRY
-from specops_operator._control import ControlOptions
+from specops_operator._control import ControlLoopOptions
 from specops_operator._fetch import Fetched, PodTarget
 
 from specops.api import SpeculativeServiceSpec
@@ -134,7 +134,7 @@ def cluster() -> FakeCluster:
 
 @pytest.fixture
 def memo(cluster: FakeCluster) -> kopf.Memo:
-    options = ControlOptions(
+    options = ControlLoopOptions(
         source=cluster, clock=cluster.now, period_s=0.3, initial_delay_s=0.0, rollout_poll_s=0.3
     )
     return kopf.Memo(control=options)
@@ -265,7 +265,7 @@ async def test_a_source_that_needs_readings_is_sampled_between_decisions(
     """Prometheus gives one reading per query: the loop must take them at the scrape
     interval, or a decision window holds a single load sample."""
     cluster.interval = 0.05
-    options = ControlOptions(
+    options = ControlLoopOptions(
         source=cluster, clock=cluster.now, period_s=30.0, initial_delay_s=0.0, rollout_poll_s=30.0
     )
     async with run_operator(kmock, tmp_path, monkeypatch, kopf.Memo(control=options)):

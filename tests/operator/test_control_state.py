@@ -11,16 +11,19 @@ from specops_operator._control import (
     control_settings,
     decision_status,
     deployment_ready,
+    plan_tick,
 )
-from specops_operator._state import config_in_force, restore_state, save_state
+from specops_operator._fetch import Fetched
+from specops_operator._state import restore_state, save_state
+from specops_operator._status import rollout_complete
 
 from specops.api import ControllerStatus, SpeculativeConfigStatus, parse_service
 from specops.control import (
     Action,
+    ControlInput,
     ControllerState,
     ControlSettings,
     Mode,
-    Observation,
     Regime,
     Rollout,
     ServiceModel,
@@ -37,7 +40,15 @@ from specops.policy import (
     StepPoint,
     cost_prior,
 )
-from specops.render import RenderOptions, apply_defaults, performance_profile, plan
+from specops.render import (
+    RenderOptions,
+    apply_defaults,
+    performance_profile,
+    plan,
+    spec_config,
+    speculation_from_spec,
+    speculative_config_status,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 TABLE = SpecConfig.table([[1, 16, 5], [17, 64, 3], [65, 256, 0]], cap=5)
@@ -92,7 +103,7 @@ def test_the_state_survives_status_and_json() -> None:
     ]
 
 
-def test_a_state_for_another_config_restarts_from_the_config_in_force() -> None:
+def test_a_state_for_another_config_restarts_from_the_spec_config() -> None:
     state = _full_state()
     restored = restore_state(save_state(state), SpecConfig.static(2))
     assert restored.config == restored.last_good == SpecConfig.static(2)
@@ -110,8 +121,8 @@ def test_the_config_in_force_is_read_from_status() -> None:
     on = SpeculativeConfigStatus.model_validate(
         {"enabled": True, "numSpeculativeTokens": 3, "schedule": schedule}
     )
-    assert config_in_force(on) == SpecConfig.table([[1, 64, 3], [65, 256, 0]], cap=3)
-    assert config_in_force(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
+    assert spec_config(on) == SpecConfig.table([[1, 64, 3], [65, 256, 0]], cap=3)
+    assert spec_config(SpeculativeConfigStatus(enabled=False)) == SpecConfig.off()
 
 
 def _service(**policy: object) -> dict[str, Any]:
@@ -163,7 +174,7 @@ def test_the_deployment_is_ready_only_when_every_pod_runs_the_desired_template()
 def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
     spec = apply_defaults(parse_service(_service()).spec)
     cost = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
-    observation = Observation(
+    observation = ControlInput(
         window_end=0.0,
         load=BatchDistribution.from_samples([4] * 60),
         context_tokens=0,
@@ -190,3 +201,43 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
     assert status["recommended"]["numSpeculativeTokens"] == 1
     assert status["recommended"]["source"] == "Controller"
     assert status["time"] == "1970-01-01T00:00:00+00:00"
+
+
+def test_the_deployment_and_the_status_share_the_rollout_rule() -> None:
+    rolled = {"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "replicas": 2}}
+    rolled["status"] |= {"updatedReplicas": 2, "readyReplicas": 2}
+    assert rollout_complete(rolled, 2)
+    assert not rollout_complete(rolled, 3)
+    behind = copy.deepcopy(rolled)
+    behind["metadata"]["generation"] = 3  # the Deployment controller has not seen the edit
+    assert not rollout_complete(behind, 2)
+    unready = copy.deepcopy(rolled)
+    unready["status"]["readyReplicas"] = 1
+    assert not rollout_complete(unready, 2)
+
+
+def test_a_tick_without_measurements_withholds_and_reports_it() -> None:
+    body = {**_service(), "metadata": {"name": "llama", "namespace": "ml"}}
+    service = parse_service(body)
+    spec = apply_defaults(service.spec)
+    config = speculative_config_status(spec, speculation_from_spec(spec), "Spec")
+    body["status"] = {"speculativeConfig": config.model_dump(by_alias=True, mode="json")}
+    service = parse_service(body)
+    assert service.status is not None
+    tick = plan_tick(
+        body,
+        service.status,
+        speculation_from_spec(spec),
+        spec,
+        Fetched((), ("llama-0: cannot reach it",)),
+        pods_ready=True,
+        now=1_700_000_000.0,
+        default_context_tokens=1024.0,
+    )
+    assert tick.decision.action is Action.WITHHOLD
+    assert not tick.changed and "speculativeConfig" not in tick.patch
+    assert "lastMeasurements" not in tick.patch
+    (metrics,) = tick.patch["conditions"]
+    assert (metrics["type"], metrics["status"]) == ("MetricsAvailable", "False")
+    assert tick.patch["lastDecision"]["reasonCode"] == "MetricsUnavailable"
+    assert tick.event is not None and tick.event[:2] == ("Normal", "Withhold")

@@ -9,11 +9,12 @@ from typing import Any
 import httpx
 import yaml
 from specops_operator._fetch import (
-    DirectSource,
     Fetched,
     Observer,
     PodTarget,
     PrometheusServiceSource,
+    SidecarSource,
+    httpx_get,
     ready_pods,
 )
 
@@ -68,7 +69,7 @@ async def test_direct_reads_every_sidecar_and_names_the_ones_that_failed() -> No
 
     pods = [PodTarget(n, f"10.0.0.{i}") for i, n in enumerate("abcd", start=1)]
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        fetched = await DirectSource(client).fetch("ml", "llama", _spec(), pods)
+        fetched = await SidecarSource(client).fetch("ml", "llama", _spec(), pods)
     assert fetched.observations == (good,)
     assert len(fetched.failures) == 3
     assert fetched.failures[0].startswith("b: sidecar answered HTTP 503")
@@ -108,7 +109,7 @@ async def test_prometheus_is_asked_for_the_services_series_and_readings_accumula
 
     spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        source = PrometheusServiceSource(client, clock=lambda: now)
+        source = PrometheusServiceSource(httpx_get(client), clock=lambda: now)
         await source.fetch("ml", "llama", spec, [])
         fetched = await source.fetch("ml", "llama", spec, [])
     assert 'namespace="ml"' in queries[0] and 'service="llama"' in queries[0]

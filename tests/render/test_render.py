@@ -15,15 +15,16 @@ from specops.api import SpeculativeConfigStatus, parse_service, parse_spec
 from specops.cli import main
 from specops.errors import SpecValidationError
 from specops.podrunner import container_env, expand, parse_pod
+from specops.policy import ScheduleRange, SpecConfig
 from specops.render import (
     HASH_ANNOTATION,
     PRE_STOP_SLEEP_SECONDS,
     RenderOptions,
-    SpeculationInForce,
     apply_defaults,
     data_parallel_size,
     plan,
     render_objects,
+    spec_config,
     speculation_from_spec,
     speculation_in_force,
     speculation_spec_hash,
@@ -42,7 +43,7 @@ SPEC: dict[str, Any] = {
 }
 
 
-def _render(spec: dict[str, Any], speculation: SpeculationInForce | None = None) -> list[Any]:
+def _render(spec: dict[str, Any], speculation: SpecConfig | None = None) -> list[Any]:
     parsed = apply_defaults(parse_spec(spec))
     chosen = speculation if speculation is not None else speculation_from_spec(parsed)
     return render_objects("llama", "ml", parsed, chosen, RenderOptions())
@@ -206,9 +207,7 @@ def test_rendering_is_deterministic_pure_and_hashed() -> None:
         "llama",
         "ml",
         parsed,
-        SpeculationInForce(
-            enabled=True, num_speculative_tokens=1, draft_model=parsed.speculation.draft_model
-        ),
+        SpecConfig.static(1),
         RenderOptions(),
     )
     assert other[0]["metadata"]["annotations"] != first[0]["metadata"]["annotations"]
@@ -217,12 +216,7 @@ def test_rendering_is_deterministic_pure_and_hashed() -> None:
 
 def test_controller_choice_in_status_is_rendered_until_the_spec_changes() -> None:
     spec = apply_defaults(parse_spec(SPEC))
-    chosen = SpeculationInForce(
-        enabled=True,
-        num_speculative_tokens=4,
-        schedule=((1, 32, 4), (33, 256, 0)),
-        draft_model=spec.speculation.draft_model,
-    )
+    chosen = SpecConfig.table([[1, 32, 4], [33, 256, 0]], cap=4)
     status = speculative_config_status(spec, chosen, "Controller")
     assert json.loads(status.json_ or "")["num_speculative_tokens"] == 4
     assert speculation_in_force(spec, status) == chosen
@@ -231,20 +225,22 @@ def test_controller_choice_in_status_is_rendered_until_the_spec_changes() -> Non
     stale = status.model_copy(update={"spec_hash": "0" * 16})
     assert speculation_in_force(spec, stale) == speculation_from_spec(spec)
     assert speculation_in_force(spec, None) == speculation_from_spec(spec)
-    off = speculative_config_status(spec, SpeculationInForce.off(), "Controller")
-    assert speculation_in_force(spec, off) == SpeculationInForce.off()
-    assert vllm_speculative_config(spec, SpeculationInForce.off()) is None
+    off = speculative_config_status(spec, SpecConfig.off(), "Controller")
+    assert speculation_in_force(spec, off) == SpecConfig.off()
+    assert vllm_speculative_config(spec, SpecConfig.off()) is None
     assert off.spec_hash == speculation_spec_hash(spec)
     with pytest.raises(SpecValidationError):
-        SpeculationInForce(enabled=True, num_speculative_tokens=2, schedule=((1, 8, 3),))
+        vllm_speculative_config(spec, SpecConfig(2, (ScheduleRange(1, 8, 3),)))
     with pytest.raises(SpecValidationError):
-        SpeculationInForce(enabled=True)
+        spec_config(status.model_copy(update={"num_speculative_tokens": 3}))
+    with pytest.raises(SpecValidationError):
+        spec_config(SpeculativeConfigStatus(enabled=True))
 
 
 def test_plan_reads_the_status_of_a_whole_object() -> None:
     body = yaml.safe_load(EXAMPLE.read_text())
     spec = apply_defaults(parse_spec(body["spec"]))
-    chosen = SpeculationInForce(enabled=True, num_speculative_tokens=2, draft_model="d")
+    chosen = SpecConfig.static(2)
     status = speculative_config_status(spec, chosen, "Controller")
     body["status"] = {"speculativeConfig": status.model_dump(by_alias=True, exclude_none=True)}
     result = plan(parse_service(body), RenderOptions())

@@ -1,8 +1,8 @@
-"""Shared pieces for the sidecar tests: fake servers behind either HTTP client a source takes.
+"""Shared pieces for the sidecar tests: fake servers behind either HTTP GET a source takes.
 
 A :class:`Network` serves a plain function ``(path, query) -> (status, body)`` to a source:
-through httpx's MockTransport (the operator's client) or through a real aiohttp server on
-a loopback port read by an ``aiohttp.ClientSession`` (the sidecar's client). Tests that
+through the operator's GET over httpx's MockTransport, or through the sidecar's GET over
+an ``aiohttp.ClientSession`` reading a real aiohttp server on a loopback port. Tests that
 take the ``network`` fixture run once with each.
 """
 
@@ -19,9 +19,11 @@ import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from specops_sidecar import HttpClient
+from specops_operator._fetch import httpx_get
+from specops_sidecar import aiohttp_get
 
 from specops.launch import free_ports
+from specops.observation import HttpGet
 from tests.observation.fake_vllm import FakeVllm
 
 Handler = Callable[[str, Mapping[str, str]], tuple[int, str]]
@@ -29,9 +31,9 @@ Handler = Callable[[str, Mapping[str, str]], tuple[int, str]]
 
 @dataclass(frozen=True)
 class Served:
-    """A client and the base URL at which it reaches the handler."""
+    """A GET and the base URL at which it reaches the handler."""
 
-    client: HttpClient
+    get: HttpGet
     url: str
 
 
@@ -59,7 +61,7 @@ class HttpxNetwork:
     async def _client(self, transport: Callable[[httpx.Request], httpx.Response]) -> Served:
         client = httpx.AsyncClient(transport=httpx.MockTransport(transport))
         await self._stack.enter_async_context(client)
-        return Served(client, "http://engine:8000")
+        return Served(httpx_get(client), "http://engine:8000")
 
     async def serve(self, handler: Handler) -> Served:
         def answer(request: httpx.Request) -> httpx.Response:
@@ -88,7 +90,7 @@ class AiohttpNetwork:
     async def _session(self, url: str, timeout_s: float = 5.0) -> Served:
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(timeout_s))
         await self._stack.enter_async_context(session)
-        return Served(session, url)
+        return Served(aiohttp_get(session), url)
 
     async def _server(self, handle: Callable[[web.Request], Awaitable[web.Response]]) -> str:
         app = web.Application()

@@ -1,6 +1,6 @@
 """Both sources on the same data: a real ``specops sim serve`` scraped by a real Prometheus.
 
-Both read through the sidecar's own client (aiohttp). Both histories start at the idle
+Both read through the sidecar's own GET (aiohttp). Both histories start at the idle
 engine and end after the load stops and Prometheus has scraped the final state. Windowed
 counter sums telescope to (last - first), so every counter-based estimate (acceptance,
 E(k), latency quantiles) must be identical whatever the readings in between; rates and
@@ -16,13 +16,15 @@ from typing import Literal
 import aiohttp
 import httpx
 import pytest
-from specops_sidecar import DirectSource, PrometheusSource
+from specops_sidecar import aiohttp_get
 
 from specops.errors import MetricsError
 from specops.observation import (
+    EngineMetricsSource,
     EstimateStatus,
-    Observation,
     ObserverConfig,
+    PodObservation,
+    PrometheusSource,
     Reading,
     Snapshot,
     SourceObservation,
@@ -70,7 +72,7 @@ async def _load(engine_url: str, concurrency: int, seconds: float) -> None:
 
 
 async def _poll(
-    source: DirectSource | PrometheusSource, into: list[Snapshot], stop: asyncio.Event
+    source: EngineMetricsSource | PrometheusSource, into: list[Snapshot], stop: asyncio.Event
 ) -> None:
     while not stop.is_set():
         into.extend(snapshot_from_reading(reading) for reading in await source.read())
@@ -79,7 +81,7 @@ async def _poll(
 
 def _observe(
     snapshots: list[Snapshot], kind: Literal["direct", "prometheus"], now: float
-) -> Observation:
+) -> PodObservation:
     config = ObserverConfig(
         namespace="ns",
         pod="llama-0",
@@ -96,8 +98,9 @@ def _observe(
 
 async def test_direct_and_prometheus_sources_agree(engine_url: str, prometheus_url: str) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(5.0)) as client:
-        direct = DirectSource(engine_url, client)
-        prometheus = PrometheusSource(prometheus_url, LABELS, client, lookback_s=30)
+        get = aiohttp_get(client)
+        direct = EngineMetricsSource(engine_url, get)
+        prometheus = PrometheusSource(prometheus_url, LABELS, get, lookback_s=30)
         # Both must first see the idle engine.
         deadline = time.monotonic() + 30
         first: Sequence[Reading] = ()
@@ -120,7 +123,7 @@ async def test_direct_and_prometheus_sources_agree(engine_url: str, prometheus_u
         stop.set()
         await asyncio.gather(*pollers)
         # A reader started now (an operator after a restart) gets the same scrapes at once.
-        late = PrometheusSource(prometheus_url, LABELS, client, lookback_s=30, history_s=600)
+        late = PrometheusSource(prometheus_url, LABELS, get, lookback_s=30, history_s=600)
         backfilled = [snapshot_from_reading(r) for r in await late.read()]
 
     assert from_direct[-1].gauges[G.RUNNING] == 0

@@ -1,11 +1,17 @@
 """The HTTP face: /metrics, /v1/observation, /healthz on a real aiohttp test server."""
 
-import httpx
+from collections.abc import Mapping
+
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
-from specops_sidecar import DirectSource, Sidecar, build_app
+from specops_sidecar import build_app
 
-from specops.observation import Observation, ObserverConfig
+from specops.observation import (
+    EngineMetricsSource,
+    ObserverConfig,
+    PodObservation,
+    WindowedObserver,
+)
 from specops.profiles import get_profile
 from tests.observation.fake_vllm import FakeVllm
 
@@ -22,11 +28,12 @@ async def test_endpoints_serve_the_observation() -> None:
     engine = FakeVllm(k=3)
     engine.load(running=8)
     now = {"t": 0.0}
-    client = httpx.AsyncClient(
-        transport=httpx.MockTransport(lambda _: httpx.Response(200, text=engine.page()))
-    )
-    sidecar = Sidecar(
-        DirectSource("http://e:8000", client, lambda: now["t"]), CONFIG, lambda: now["t"]
+
+    async def get(url: str, params: Mapping[str, str] | None = None) -> tuple[int, str]:
+        return 200, engine.page()
+
+    sidecar = WindowedObserver(
+        EngineMetricsSource("http://e:8000", get, lambda: now["t"]), CONFIG, lambda: now["t"]
     )
     for _ in range(6):
         engine.draft(1000, [800, 600, 400])
@@ -41,7 +48,7 @@ async def test_endpoints_serve_the_observation() -> None:
         assert health.status == 200
         assert (await health.json())["status"] == "ok"
 
-        observation = Observation.model_validate_json(
+        observation = PodObservation.model_validate_json(
             await (await http.get("/v1/observation")).text()
         )
         assert observation.windows[0].acceptance.mean_acceptance_length is not None
@@ -76,12 +83,11 @@ async def test_stale_estimates_leave_metrics_and_health_stays_up() -> None:
     now = {"t": 0.0}
     dead = {"yes": False}
 
-    def answer(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(503) if dead["yes"] else httpx.Response(200, text=engine.page())
+    async def get(url: str, params: Mapping[str, str] | None = None) -> tuple[int, str]:
+        return (503, "") if dead["yes"] else (200, engine.page())
 
-    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
-    sidecar = Sidecar(
-        DirectSource("http://e:8000", client, lambda: now["t"]), CONFIG, lambda: now["t"]
+    sidecar = WindowedObserver(
+        EngineMetricsSource("http://e:8000", get, lambda: now["t"]), CONFIG, lambda: now["t"]
     )
     for _ in range(3):
         engine.draft(10, [5, 2])

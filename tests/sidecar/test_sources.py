@@ -1,14 +1,16 @@
-"""Both sources through both HTTP clients: readings, failures, and agreement."""
+"""Both sources through both HTTP GETs (the sidecar's and the operator's): readings,
+failures, and agreement."""
 
 import json
 from collections.abc import Mapping
 
 import pytest
-from specops_sidecar import DirectSource, PrometheusSource
 
 from specops.errors import MetricsError
 from specops.observation import (
+    EngineMetricsSource,
     ObserverConfig,
+    PrometheusSource,
     SourceObservation,
     observe,
     prometheus_selector,
@@ -28,7 +30,7 @@ async def test_direct_source_reads_the_engine_page(network: Network) -> None:
     engine = FakeVllm(k=2)
     engine.draft(10, [6, 3])
     served = await network.serve(page_handler(engine))
-    source = DirectSource(served.url + "/", served.client, lambda: 42.0)
+    source = EngineMetricsSource(served.url + "/", served.get, lambda: 42.0)
     [reading] = await source.read()
     assert reading.timestamp == 42.0
     assert source.target == f"{served.url}/metrics"
@@ -51,7 +53,7 @@ async def test_prometheus_source_starts_with_the_history_then_reads_what_is_new(
         return 200, json.dumps(matrix_from_pages(*scrapes))
 
     served = await network.serve(answer)
-    source = PrometheusSource(served.url, {"pod": "p-0"}, served.client, history_s=300)
+    source = PrometheusSource(served.url, {"pod": "p-0"}, served.get, history_s=300)
     history = await source.read()
     assert [r.timestamp for r in history] == [100.0, 115.0, 130.0]
     drafts = [
@@ -78,21 +80,21 @@ async def test_direct_source_failures_are_metrics_errors(
     network: Network, status: int, body: str, message: str
 ) -> None:
     served = await network.serve(constant(status, body))
-    source = DirectSource(served.url, served.client)
+    source = EngineMetricsSource(served.url, served.get)
     with pytest.raises(MetricsError, match=message):
         await source.read()
 
 
 async def test_unreachable_engine_is_a_metrics_error(network: Network) -> None:
     served = await network.unreachable()
-    source = DirectSource(served.url, served.client)
+    source = EngineMetricsSource(served.url, served.get)
     with pytest.raises(MetricsError, match=rf"^cannot reach {served.url}/metrics: "):
         await source.read()
 
 
 async def test_engine_that_does_not_answer_in_time_is_a_metrics_error(network: Network) -> None:
     served = await network.hanging()
-    source = DirectSource(served.url, served.client)
+    source = EngineMetricsSource(served.url, served.get)
     with pytest.raises(MetricsError, match=rf"^timed out reading {served.url}/metrics: "):
         await source.read()
 
@@ -110,7 +112,7 @@ async def test_prometheus_source_queries_the_pods_series_and_skips_repeats(
         return 200, json.dumps(matrix_from_pages((stamp["t"], engine.page())))
 
     served = await network.serve(answer)
-    source = PrometheusSource(served.url, {"namespace": "ns", "pod": "p-0"}, served.client)
+    source = PrometheusSource(served.url, {"namespace": "ns", "pod": "p-0"}, served.get)
     assert [r.timestamp for r in await source.read()] == [100.0]
     assert await source.read() == []  # Prometheus has not scraped again
     stamp["t"] = 115.0
@@ -140,7 +142,7 @@ async def test_prometheus_failures_are_metrics_errors(
     network: Network, status: int, body: str, message: str
 ) -> None:
     served = await network.serve(constant(status, body))
-    source = PrometheusSource(served.url, {"pod": "p"}, served.client)
+    source = PrometheusSource(served.url, {"pod": "p"}, served.get)
     with pytest.raises(MetricsError, match=message):
         await source.read()
 
@@ -165,8 +167,8 @@ async def test_both_sources_give_the_same_observation_on_the_same_data(network: 
         return 200, page if path == "/metrics" else json.dumps(matrix)
 
     served = await network.serve(answer)
-    direct_source = DirectSource(served.url, served.client, lambda: pages[index["i"]][0])
-    prom_source = PrometheusSource(served.url, {"pod": "p-0"}, served.client)
+    direct_source = EngineMetricsSource(served.url, served.get, lambda: pages[index["i"]][0])
+    prom_source = PrometheusSource(served.url, {"pod": "p-0"}, served.get)
     from_direct, from_prom = [], []
     for i in range(len(pages)):
         index["i"] = i

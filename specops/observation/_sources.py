@@ -2,12 +2,12 @@
 
 A source is anything with ``kind``, ``target`` and an async ``read()`` returning the
 :class:`~specops.observation.Reading` objects taken since the last call, oldest first (none
-when there is nothing new; many when Prometheus kept scrapes this source has not seen). Both read
-through an :data:`HttpClient`: the sidecar passes an ``aiohttp.ClientSession``, since its
-server already loads aiohttp and httpx would add its own import tree (and an SSL context)
-to every pod; the operator, which uses httpx anyway, passes an ``httpx.AsyncClient``, and
-tests swap the network for ``httpx.MockTransport`` or an aiohttp test server. Every
-failure is a :class:`MetricsError` whose message starts with a stable cause, then
+when there is nothing new; many when Prometheus kept scrapes this source has not seen). Both
+read through an injected :class:`HttpGet`, so this package holds no HTTP client: the sidecar
+passes one over an ``aiohttp.ClientSession``, since its server already loads aiohttp and
+httpx would add its own import tree (and an SSL context) to every pod; the operator, which
+uses httpx anyway, passes one over an ``httpx.AsyncClient``; tests pass a plain function.
+Every failure is a :class:`MetricsError` whose message starts with a stable cause, then
 ``": "`` and the detail, so the shell can log once per cause.
 """
 
@@ -15,30 +15,35 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
-
-import aiohttp
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Literal, Protocol
 
 from specops.errors import MetricsError
-from specops.observation import (
+from specops.observation._series import (
     Reading,
     parse_exposition,
     parse_prometheus_matrix,
     prometheus_selector,
 )
 
-if TYPE_CHECKING:
-    import httpx
-
 __all__ = [
-    "DirectSource",
-    "HttpClient",
+    "EngineMetricsSource",
+    "HttpGet",
     "MetricsSource",
     "PrometheusSource",
 ]
 
-HttpClient: TypeAlias = "aiohttp.ClientSession | httpx.AsyncClient"
+
+class HttpGet(Protocol):
+    """GET ``url`` with the query ``params``: the answer's status and text.
+
+    A server that cannot be read is a :class:`MetricsError`, ``"cannot reach <url>: ..."``
+    or ``"timed out reading <url>: ..."``; a redirect is an answer like any other.
+    """
+
+    def __call__(
+        self, url: str, params: Mapping[str, str] | None = None
+    ) -> Awaitable[tuple[int, str]]: ...
 
 
 class MetricsSource(Protocol):
@@ -51,33 +56,7 @@ class MetricsSource(Protocol):
     async def read(self) -> Sequence[Reading]: ...
 
 
-async def _get(
-    client: HttpClient, url: str, params: Mapping[str, str] | None = None
-) -> tuple[int, str]:
-    """The status and body of a GET, or a MetricsError when the server cannot be read.
-
-    Redirects are answers like any other, as httpx has them by default: both clients agree.
-    """
-    if isinstance(client, aiohttp.ClientSession):
-        try:
-            async with client.get(url, params=params, allow_redirects=False) as response:
-                return response.status, await response.text(errors="replace")
-        except TimeoutError as exc:
-            raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
-        except aiohttp.ClientError as exc:  # its repr holds the whole connection key
-            raise MetricsError(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
-    import httpx  # only callers that hold an httpx client get here, so it is loaded already
-
-    try:
-        answer = await client.get(url, params=params)
-    except httpx.TimeoutException as exc:
-        raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
-    except httpx.HTTPError as exc:
-        raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
-    return answer.status_code, answer.text
-
-
-class DirectSource:
+class EngineMetricsSource:
     """Scrapes the engine's ``/metrics``; a reading is stamped with the local clock."""
 
     kind: Literal["direct"] = "direct"
@@ -85,11 +64,11 @@ class DirectSource:
     def __init__(
         self,
         engine_url: str,
-        client: HttpClient,
+        get: HttpGet,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._url = engine_url.rstrip("/") + "/metrics"
-        self._client = client
+        self._get = get
         self._clock = clock
 
     @property
@@ -97,14 +76,14 @@ class DirectSource:
         return self._url
 
     async def read(self) -> Sequence[Reading]:
-        status, text = await _get(self._client, self._url)
+        status, text = await self._get(self._url)
         if status != 200:
             raise MetricsError(f"engine answered HTTP {status}: {text[:200]!r}")
         return [parse_exposition(text, self._clock())]
 
 
 class PrometheusSource:
-    """Asks Prometheus for the scrapes of the pod's vLLM series that are new since last time.
+    """Asks Prometheus for the scrapes of the matched vLLM series that are new since last time.
 
     The query is a range selector (``<selector>[lookback]``) so that each sample keeps
     its scrape timestamp: consecutive readings then measure exactly the time between
@@ -119,7 +98,7 @@ class PrometheusSource:
         self,
         prometheus_url: str,
         matchers: Mapping[str, str],
-        client: HttpClient,
+        get: HttpGet,
         lookback_s: float = 60.0,
         history_s: float = 0.0,
     ) -> None:
@@ -127,7 +106,7 @@ class PrometheusSource:
         self._selector = prometheus_selector(matchers)
         self._lookback_s = int(lookback_s)
         self._history_s = max(int(history_s), self._lookback_s)
-        self._client = client
+        self._get = get
         self._last: float | None = None
 
     def _query(self, lookback_s: int) -> str:
@@ -139,7 +118,7 @@ class PrometheusSource:
 
     async def read(self) -> Sequence[Reading]:
         query = self._query(self._history_s if self._last is None else self._lookback_s)
-        status, text = await _get(self._client, self._url, {"query": query})
+        status, text = await self._get(self._url, {"query": query})
         try:
             payload = json.loads(text)
         except ValueError as exc:

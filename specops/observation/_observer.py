@@ -1,9 +1,12 @@
-"""The sidecar's state: the readings of the last windows and the observation they give.
+"""The windowed observer: poll one metrics source, keep the readings of the last windows, and
+recompute the observation they give.
 
-The shell around the pure core: read the source, keep the snapshots, recompute the
-observation. A failing source never raises out of :meth:`Sidecar.poll`; it is logged
-once per cause (the part of the error message before the first ``": "``) and once
-more when it recovers, and the estimates go stale, then unknown, on their own.
+The shell around the pure core, shared by the sidecar (one pod's engine) and the operator
+(a whole service's series in Prometheus): read the source, keep the snapshots in a
+:class:`~specops.observation.History`, :func:`~specops.observation.observe` them. A failing
+source never raises out of :meth:`WindowedObserver.poll`; it is logged once per cause (the
+part of the error message before the first ``": "``) and once more when it recovers, and
+the estimates go stale, then unknown, on their own.
 """
 
 from __future__ import annotations
@@ -11,25 +14,31 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from specops.errors import MetricsError
-from specops.observation import (
-    History,
-    Observation,
-    ObserverConfig,
-    SourceObservation,
-    observe,
-    snapshot_from_reading,
-)
-from specops_sidecar._exposition import SourceCounts
-from specops_sidecar._sources import MetricsSource
+from specops.observation._history import History
+from specops.observation._model import PodObservation, SourceObservation
+from specops.observation._observe import ObserverConfig, observe
+from specops.observation._snapshot import snapshot_from_reading
+from specops.observation._sources import MetricsSource
 
 __all__ = [
     "OncePerCause",
-    "Sidecar",
+    "SourceCounts",
+    "WindowedObserver",
 ]
 
-log = logging.getLogger("specops.sidecar")
+log = logging.getLogger("specops.observation")
+
+
+@dataclass(frozen=True)
+class SourceCounts:
+    """How the reads of a source went since the observer started."""
+
+    reads_ok: int
+    reads_failed: int
+    last_read_seconds: float | None
 
 
 class OncePerCause:
@@ -57,7 +66,7 @@ class OncePerCause:
             self.current = None
 
 
-class Sidecar:
+class WindowedObserver:
     """Polls one source and keeps the observation of the last ``max(windows)`` seconds."""
 
     def __init__(
@@ -80,11 +89,11 @@ class Sidecar:
         self._observation = self._observe(clock())
 
     @property
-    def observation(self) -> Observation:
+    def observation(self) -> PodObservation:
         """The observation as of the last poll."""
         return self._observation
 
-    def observation_at(self, now: float) -> Observation:
+    def observation_at(self, now: float) -> PodObservation:
         """The observation as of ``now``: recomputed if the last poll is over a second old,
         so a stuck poll cannot keep estimates looking fresh."""
         if now - self._observation.observed_at > 1.0:
@@ -95,7 +104,7 @@ class Sidecar:
     def counts(self) -> SourceCounts:
         return SourceCounts(self._ok, self._failed, self._last_read_s)
 
-    def _observe(self, now: float) -> Observation:
+    def _observe(self, now: float) -> PodObservation:
         source = SourceObservation(
             kind=self._source.kind,
             target=self._source.target,
