@@ -390,6 +390,9 @@ class _Planner:
         step = 0
         end = self.horizon
         while step < self.horizon:
+            if not self.in_flight and not self.pending:  # the engine runs dry: no step
+                end = step
+                break
             preempts = step >= self.blocks.outgrown
             if preempts:
                 self.preempt(step)
