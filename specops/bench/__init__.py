@@ -1,6 +1,7 @@
 """The policy benchmark: every speculation policy over load traces, on the simulated engine."""
 
 from specops.bench._report import (
+    ORACLE,
     Summary,
     TargetResult,
     TraceResults,
@@ -12,6 +13,7 @@ from specops.bench._report import (
 )
 from specops.bench._run import (
     ControlledPolicy,
+    DecisionRecord,
     FixedPolicy,
     GoodputRulePolicy,
     Policy,
@@ -33,11 +35,13 @@ from specops.bench._suite import VLLM_DOCUMENTED_TABLE, compare_on_trace, polici
 from specops.bench._turbospec import GoodputRule
 
 __all__ = [
+    "ORACLE",
     "VLLM_DOCUMENTED_TABLE",
     "BenchError",
     "BenchSuite",
     "ControlledPolicy",
     "ControllerSpec",
+    "DecisionRecord",
     "FixedPolicy",
     "GoodputRule",
     "GoodputRulePolicy",

@@ -134,12 +134,21 @@ class SegmentStats:
 
 @dataclass(frozen=True)
 class DecisionRecord:
+    """One decision of the controlled run: ``code`` its reason code, ``k`` the k the
+    pods run after it (the cap of a table; 0 is off), ``crossovers`` (k, batch) where
+    each candidate k stops paying under the posterior mean (batch None: never), and
+    ``crossover_bands`` (k, 10th, 90th percentile) of the same under the posterior."""
+
     at: float
     action: str
     config: str
     recommended: str | None
     predicted_gain: float | None
     reason: str
+    code: str = ""
+    k: int = 0
+    crossovers: tuple[tuple[int, int | None], ...] = ()
+    crossover_bands: tuple[tuple[int, int | None, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +168,7 @@ def service_model(service: ServiceSpec, profile: PerformanceProfile) -> ServiceM
         profile,
         service.method,
         max_batch=service.max_num_seqs,
+        per_batch_size=service.per_batch_size,
         prior_acceptance=service.prior_acceptance,
     )
 
@@ -441,6 +451,10 @@ def _run_trace(
                     recommended=decision.recommended.describe() if decision.recommended else None,
                     predicted_gain=decision.predicted_gain,
                     reason=decision.reason,
+                    code=decision.code.value,
+                    k=decision.config.num_speculative_tokens,
+                    crossovers=tuple((c.k, c.batch) for c in decision.crossovers),
+                    crossover_bands=tuple((b.k, b.low, b.high) for b in decision.crossover_bands),
                 )
             )
             if decision.action in (Action.RECONFIGURE, Action.ROLLBACK):

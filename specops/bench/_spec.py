@@ -106,7 +106,9 @@ class ServiceSpec(_Spec):
     ``truth`` is the engine's physics (a shipped truth's name or a truth file); ``profile``
     is the controller's prior belief about it, which the truth need not match.
     ``initial_k`` is the k the controlled service starts with, as the operator starts a
-    SpeculativeService at ``numSpeculativeTokens.initial``.
+    SpeculativeService at ``numSpeculativeTokens.initial``. ``per_batch_size`` False is a
+    SpeculativeService with ``perBatchSizeSchedule: false``: the controller chooses one k,
+    never vLLM's per-batch-size table.
     """
 
     truth: str = DEFAULT_TRUTH
@@ -119,6 +121,7 @@ class ServiceSpec(_Spec):
     k_max: int = Field(default=7, ge=1, le=32)
     initial_k: int = Field(default=3, ge=1, le=32)
     prior_acceptance: tuple[float, ...] = Field(min_length=1, max_length=32)
+    per_batch_size: bool = True
     seed: int = 0
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from specops.control._decide import ControlInput
 from specops.observation import (
+    CostPointObservation,
     DistributionObservation,
     EstimateStatus,
     PodObservation,
@@ -99,25 +100,38 @@ def _context_tokens(
     return found if found is not None else default
 
 
+def _drafting_share(point: CostPointObservation) -> float:
+    """The share of steps that drafted.
+
+    Each request that decodes on a drafting step proposes its k tokens once, so drafts over
+    the requests decoding per step is that share. The running requests are no stand-in
+    for the decoding ones: they include requests still prefilling, which do not draft,
+    and while load ramps up that would make steps that all drafted look like a mix of
+    drafting and plain steps, and teach the posterior that drafting costs nothing fixed.
+    """
+    decoding = point.decoding if point.decoding > 0 else point.batch
+    if decoding <= 0:
+        return 0.0
+    return min(point.drafts / decoding, 1.0)
+
+
 def _step_points(
     used: Sequence[tuple[PodObservation, WindowObservation]], context_tokens: float
 ) -> list[StepPoint]:
-    """The pods' measured intervals as step-time points, oldest first.
+    """The pods' measured intervals as step-time points, oldest first; the proposed tokens
+    per draft is the mean draft length.
 
-    A decoding request that drafts proposes its k tokens once per step, so the drafts
-    per step over the running requests is the share of steps that drafted, and the
-    proposed tokens per draft is the mean draft length. An interval whose spec-decode
-    counters contradict the pod's config (drafts on a pod running without speculation,
-    none on one running with it: a series missing or summed across a restart) would
-    teach the step-time model a k the steps did not run, so it is left out.
+    An interval with drafts on a pod running without speculation (a series summed across
+    a restart) would teach the step-time model a k the steps did not run, so it is left
+    out; no drafts on a drafting pod is what a k = 0 row of a table does, and counts.
     """
     points: list[StepPoint] = []
     for pod, window in used:
         speculating_pod = bool(pod.configured_k)
         for p in window.cost.points:
-            if p.batch <= 0 or (p.drafts > 0) != speculating_pod:
+            if p.batch <= 0 or (p.drafts > 0 and not speculating_pod):
                 continue
-            speculating = min(p.drafts / p.batch, 1.0)
+            speculating = _drafting_share(p)
             points.append(
                 StepPoint(
                     batched_tokens=p.batched_tokens,

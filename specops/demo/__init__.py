@@ -1,15 +1,27 @@
 """``specops demo``: the whole loop on one machine (local control plane, chart, operator,
-simulated vLLM pods, a compressed day of load), a live view and a report.
+simulated vLLM pods, a compressed day of load), a live view and a report whose comparison
+replays the same day in virtual time for every policy.
 
-The pure parts (plan, trace, snapshot, table, report) are here for tests; the shell is
-:func:`run_demo`.
+The pure parts (plan, trace, snapshot, table, replay, fidelity check, report) are here for
+tests; the shell is :func:`run_demo`.
 """
 
-from specops.demo._baselines import Baseline, baseline_policies, replay_baselines
 from specops.demo._errors import DemoError
+from specops.demo._fidelity import EngineInterval, Fidelity, StepCheck, check_steps
+from specops.demo._live import HeldLoad, LiveFigures, held_by_phase, phase_of, phase_spans
 from specops.demo._plan import DemoOptions, Step, demo_service, plan_steps
-from specops.demo._report import EventView, Measured, RunRecord, decisions_of, markdown, plot
+from specops.demo._replay import Replay, demo_suite, replay_day, sliced
+from specops.demo._report import (
+    EventView,
+    RunRecord,
+    decisions_of,
+    first_paragraph,
+    markdown,
+    plot,
+    summary_json,
+)
 from specops.demo._snapshot import (
+    CrossoverView,
     DecisionView,
     LoadCounts,
     Snapshot,
@@ -19,35 +31,56 @@ from specops.demo._snapshot import (
     engine_config,
     take_snapshot,
 )
-from specops.demo._table import render_table, summary_line
+from specops.demo._table import (
+    crossover_words,
+    decision_line,
+    load_gauge,
+    render_table,
+    summary_line,
+)
 from specops.demo._trace import concurrency_at, load_demo_trace, segment_at
 
 __all__ = [
-    "Baseline",
+    "CrossoverView",
     "DecisionView",
     "DemoError",
     "DemoOptions",
+    "EngineInterval",
     "EventView",
+    "Fidelity",
+    "HeldLoad",
+    "LiveFigures",
     "LoadCounts",
-    "Measured",
+    "Replay",
     "RunRecord",
     "Snapshot",
     "Step",
-    "baseline_policies",
+    "StepCheck",
+    "check_steps",
     "concurrency_at",
+    "crossover_words",
+    "decision_line",
     "decision_view",
     "decisions_of",
     "demo_service",
+    "demo_suite",
     "describe_config_status",
     "describe_vllm_config",
     "engine_config",
+    "first_paragraph",
+    "held_by_phase",
     "load_demo_trace",
+    "load_gauge",
     "markdown",
+    "phase_of",
+    "phase_spans",
     "plan_steps",
     "plot",
     "render_table",
-    "replay_baselines",
+    "replay_day",
     "segment_at",
+    "sliced",
+    "summary_json",
     "summary_line",
     "take_snapshot",
 ]

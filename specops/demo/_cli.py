@@ -111,10 +111,13 @@ def demo(
     Brings up a local Kubernetes control plane (built from source on the first run, about
     7 minutes; cached afterwards), installs the chart, runs the operator with the chart's
     RBAC identity and simulated vLLM pods, applies an example SpeculativeService, drives a
-    compressed day of load while showing what the controller sees and decides, and writes
-    report.md with PNG plots: the decisions, and TPOT and throughput against no
-    speculation and a static k (those two simulated). Every process it starts is stopped
-    on exit, on Ctrl-C and on failure.
+    compressed day of load while showing the load against the crossover the controller
+    measures and each decision as it comes, then writes report.md with PNG plots: the
+    same day replayed in virtual time for every policy (specops, no speculation, each
+    static k, vLLM's documented table, the oracle) on one engine truth, and the live run
+    as a check: its decisions, the load its engines held and how fast they stepped
+    against the truth. Every process it starts is stopped on exit, on Ctrl-C and on
+    failure.
     """
     from rich.console import Console
 

@@ -1,5 +1,7 @@
 """``specops demo`` end to end: announce the plan, bring the stack up step by step, drive the
-day while showing what the controller sees, replay the baselines, write the report.
+day while showing what the controller sees and decides, read back what the engines held
+and how fast they stepped, replay the day in virtual time for every policy, write the
+report.
 
 Every process and object the demo starts is registered on one exit stack right after it
 starts, so a failure, Ctrl-C or the normal end stops them all, newest first.
@@ -29,14 +31,29 @@ from specops.cluster import (
     Versions,
     running_cluster,
 )
-from specops.demo._baselines import replay_baselines
-from specops.demo._cluster import ClusterView, engine_figures
+from specops.demo._cluster import (
+    ClusterView,
+    engine_in_flight,
+    engine_intervals,
+    engine_request_time,
+    in_flight_series,
+)
 from specops.demo._errors import DemoError
+from specops.demo._fidelity import check_steps
+from specops.demo._live import LiveFigures, held_by_phase, phase_of
 from specops.demo._load import ConcurrencyDriver
 from specops.demo._plan import DemoOptions, Step, demo_service, plan_steps
-from specops.demo._report import EventView, Measured, RunRecord, markdown, plot
-from specops.demo._snapshot import Snapshot, take_snapshot
-from specops.demo._table import render_table, summary_line
+from specops.demo._replay import replay_day
+from specops.demo._report import (
+    EventView,
+    RunRecord,
+    decisions_of,
+    markdown,
+    plot,
+    summary_json,
+)
+from specops.demo._snapshot import DecisionView, Snapshot, take_snapshot
+from specops.demo._table import decision_line, render_table, summary_line
 from specops.demo._trace import concurrency_at, load_demo_trace, segment_at
 from specops.launch import (
     OperatorProcess,
@@ -44,12 +61,17 @@ from specops.launch import (
     installed_chart,
     operator_kubeconfig,
 )
+from specops.sim import load_truth
 
 __all__ = ["EXAMPLE", "run_demo"]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 _READY_TIMEOUT_S = 180.0
 _CLUSTER_PREFIX = "demo-"
+# Seconds per interval of the engines' figures read back from Prometheus (five scrapes).
+_INTERVAL_S = 10.0
+# The pod runner's Prometheus scrapes every 2 s.
+_SCRAPE_S = 2.0
 
 
 class _Steps:
@@ -112,16 +134,39 @@ def _observe(
 ) -> Snapshot:
     elapsed = driver.elapsed()
     index = segment_at(trace, elapsed)
-    pods = runner.state().service_pods(view.namespace, view.name)
+    state = runner.state()
+    pods = state.service_pods(view.namespace, view.name)
+    draining = [
+        p for p in state.stopping if (p.namespace, p.service) == (view.namespace, view.name)
+    ]
     return take_snapshot(
         elapsed_s=elapsed,
         duration_s=trace.duration_s,
         phase=trace.segments[index].name(index),
         load=driver.counts(),
+        engine_in_flight=engine_in_flight([p.engine_url for p in [*pods, *draining]]),
         service=view.service(),
         deployment=view.deployment(),
         engines=[p.speculative_config for p in pods if p.ready],
     )
+
+
+def _show(
+    snapshots: list[Snapshot],
+    seen: list[DecisionView],
+    live: Live | None,
+    console: Console,
+) -> None:
+    """The live table on a terminal; otherwise a line per refresh and one per new decision."""
+    decisions = decisions_of(snapshots)
+    fresh = decisions[len(seen) :]
+    seen.extend(fresh)
+    if live is not None:
+        live.update(render_table(snapshots[-1], decisions))
+        return
+    console.print(summary_line(snapshots[-1]), highlight=False)
+    for decision in fresh:
+        console.print(f"  decision {decision_line(decision)}", highlight=False)
 
 
 async def _drive(
@@ -136,16 +181,14 @@ async def _drive(
     driver = ConcurrencyDriver(url, model, lambda t: concurrency_at(trace, t))
     load = asyncio.create_task(driver.run(trace.duration_s))
     snapshots: list[Snapshot] = []
+    seen: list[DecisionView] = []
     live = Live(console=console, refresh_per_second=2) if console.is_terminal else None
     try:
         with live or nullcontext():
             while not load.done():
                 snapshot = await asyncio.to_thread(_observe, view, runner, trace, driver)
                 snapshots.append(snapshot)
-                if live is not None:
-                    live.update(render_table(snapshot))
-                else:
-                    console.print(summary_line(snapshot), highlight=False)
+                _show(snapshots, seen, live, console)
                 await asyncio.wait([load], timeout=options.refresh_s)
         await load
     finally:
@@ -193,26 +236,27 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
             (out / "service.yaml").write_text(yaml.safe_dump(service, sort_keys=False))
             view = _applied(service, kubeconfig, runner, options, stack)
         with steps("load"):
-            snapshots, events, measured = _load(
+            snapshots, events, live = _load(
                 view, runner, prometheus, trace, service, options, console
             )
     console.print("stopped the operator, the pod runner, Prometheus and the cluster")
-    with steps("baselines"):
-        baselines = replay_baselines(
+    with steps("replay"):
+        replay = replay_day(
             trace,
             options,
-            static_k=int(speculation["initial"]),
+            initial_k=int(speculation["initial"]),
             k_max=int(speculation["max"]),
             max_num_seqs=int(example["spec"]["engine"]["maxNumSeqs"]),
-            progress=lambda m: console.print(m, style="dim"),
+            per_batch_size=bool(service["spec"]["speculation"]["perBatchSizeSchedule"]),
+            progress=lambda m: console.print(f"replaying {m}", style="dim"),
         )
     with steps("report"):
         record = RunRecord(
             trace=trace,
             snapshots=tuple(snapshots),
             events=events,
-            measured=measured,
-            baselines=baselines,
+            live=live,
+            replay=replay,
             timings=tuple(steps.timings),
             service=f"{options.namespace}/{view.name}",
         )
@@ -284,26 +328,46 @@ def _load(
     service: dict[str, Any],
     options: DemoOptions,
     console: Console,
-) -> tuple[list[Snapshot], tuple[EventView, ...], Measured]:
-    """Drive the day at the service; what the controller showed, its events, and the engines'
-    figures from Prometheus."""
+) -> tuple[list[Snapshot], tuple[EventView, ...], LiveFigures]:
+    """Drive the day at the service; what the controller showed, its events, and what the
+    engines held and how fast they stepped, from their own metrics in Prometheus."""
     url = runner.state().service_url(options.namespace, view.name)
     assert url is not None
     model = str(service["spec"].get("servedModelName") or service["spec"]["model"])
     started = time.time()
     snapshots, driver = asyncio.run(_drive(view, runner, trace, url, model, options, console))
+    ended = time.time()
     events = view.events()
-    measured = engine_figures(
-        prometheus,
-        options.namespace,
-        started,
-        time.time(),
-        driver.completed,
-        driver.failed,
-    )
+    time.sleep(2 * _SCRAPE_S)  # the last scrapes of the day reach Prometheus
+    live = _live_figures(prometheus, options, trace, driver, started, ended)
     if driver.last_error:
         console.print(f"last failed request: {driver.last_error}", style="yellow")
-    return snapshots, events, measured
+    return snapshots, events, live
+
+
+def _live_figures(
+    prometheus: str,
+    options: DemoOptions,
+    trace: LoadTrace,
+    driver: ConcurrencyDriver,
+    started: float,
+    ended: float,
+) -> LiveFigures:
+    """What the engines held, by phase, and the fidelity check of their steps."""
+    namespace = options.namespace
+    series = in_flight_series(prometheus, namespace, started, ended, _INTERVAL_S)
+    held, day = held_by_phase(trace, driver.held, series)
+    intervals = engine_intervals(prometheus, namespace, started, ended, _INTERVAL_S)
+    fidelity = check_steps(intervals, load_truth(options.truth), phase_of(trace), _INTERVAL_S)
+    return LiveFigures(
+        completed=driver.completed,
+        failed=driver.failed,
+        held=held,
+        day=day,
+        engine_by_request_time=engine_request_time(prometheus, namespace, started, ended),
+        fidelity=fidelity,
+        in_flight=tuple(series),
+    )
 
 
 def _write_report(record: RunRecord, out: Path) -> Path:
@@ -313,4 +377,5 @@ def _write_report(record: RunRecord, out: Path) -> Path:
     (out / "snapshots.json").write_text(
         json.dumps([asdict(s) for s in record.snapshots], indent=1) + "\n"
     )
+    (out / "summary.json").write_text(json.dumps(summary_json(record), indent=1) + "\n")
     return report

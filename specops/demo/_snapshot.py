@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from specops.api import DecisionStatus, Measurements, SpeculativeConfigStatus
 
 __all__ = [
+    "CrossoverView",
     "DecisionView",
     "LoadCounts",
     "Snapshot",
@@ -24,6 +25,7 @@ __all__ = [
     "describe_config_status",
     "describe_vllm_config",
     "engine_config",
+    "short_time",
     "take_snapshot",
 ]
 
@@ -42,8 +44,23 @@ class LoadCounts:
 
 
 @dataclass(frozen=True)
+class CrossoverView:
+    """Where k drafts stop paying, as the decision measured it: the batch size under the
+    step-time posterior's mean and its 10th-90th percentile band (None: beyond the cap)."""
+
+    k: int
+    batch: int | None
+    low: int | None
+    high: int | None
+
+
+@dataclass(frozen=True)
 class DecisionView:
-    """The controller's last decision, as the table and the report show it."""
+    """The controller's last decision, as the table and the report show it.
+
+    ``step_time`` is where its step-time model came from (``Prior``: the profile alone,
+    ``Measured``: updated by the engines' steps), over ``step_time_intervals`` intervals.
+    """
 
     time: str
     action: str
@@ -52,6 +69,19 @@ class DecisionView:
     applied: bool
     recommended: str | None
     predicted_gain_percent: float | None
+    crossovers: tuple[CrossoverView, ...] = ()
+    step_time: str | None = None
+    step_time_intervals: int = 0
+
+    def crossover(self, k: int) -> CrossoverView | None:
+        return next((c for c in self.crossovers if c.k == k), None)
+
+    @property
+    def last_crossover(self) -> CrossoverView | None:
+        """The crossover above which no k pays (the largest), if every k has one."""
+        if not self.crossovers or any(c.batch is None for c in self.crossovers):
+            return None
+        return max(self.crossovers, key=lambda c: c.batch or 0)
 
 
 @dataclass(frozen=True)
@@ -60,6 +90,7 @@ class Snapshot:
     duration_s: float
     phase: str
     load: LoadCounts
+    engine_in_flight: float | None
     concurrency: float | None
     acceptance_length: float | None
     tpot_ms: float | None
@@ -69,6 +100,14 @@ class Snapshot:
     ready: int
     desired: int
     engines: tuple[str, ...]
+
+
+def short_time(stamp: str) -> str:
+    """``14:46:19`` of an RFC 3339 time stamp (``2026-12-01T14:46:19.68+00:00``); anything
+    else as it is."""
+    if "T" not in stamp:
+        return stamp
+    return stamp.split("T", 1)[1][:8]
 
 
 def _part(model: type[_Model], data: object) -> _Model | None:
@@ -137,6 +176,12 @@ def decision_view(decision: DecisionStatus | None) -> DecisionView | None:
         if decision.recommended is not None
         else None,
         predicted_gain_percent=decision.predicted_gain_percent,
+        crossovers=tuple(
+            CrossoverView(c.k, c.batch_size, c.batch_size_low, c.batch_size_high)
+            for c in decision.crossovers
+        ),
+        step_time=decision.step_time_model.source if decision.step_time_model else None,
+        step_time_intervals=decision.step_time_model.intervals if decision.step_time_model else 0,
     )
 
 
@@ -146,12 +191,14 @@ def take_snapshot(
     duration_s: float,
     phase: str,
     load: LoadCounts,
+    engine_in_flight: float | None = None,
     service: Obj | None,
     deployment: Obj | None,
     engines: Sequence[str | None],
 ) -> Snapshot:
-    """One moment of the demo from the SpeculativeService, its Deployment and the running
-    engines' ``--speculative-config`` values (None: an engine without speculation)."""
+    """One moment of the demo from the SpeculativeService, its Deployment, the running
+    engines' ``--speculative-config`` values (None: an engine without speculation), and
+    the requests the engines hold by their own gauges (``engine_in_flight``)."""
     status: Obj = (service or {}).get("status") or {}
     measured = _part(Measurements, status.get("lastMeasurements"))
     deployment_status: Obj = (deployment or {}).get("status") or {}
@@ -160,6 +207,7 @@ def take_snapshot(
         duration_s=duration_s,
         phase=phase,
         load=load,
+        engine_in_flight=engine_in_flight,
         concurrency=measured.concurrency if measured else None,
         acceptance_length=measured.acceptance_length if measured else None,
         tpot_ms=measured.tpot_seconds * 1e3

@@ -6,9 +6,15 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from specops.loadgen._client import EngineLoad, LoadTarget
+    from specops.loadgen._stats import RequestRecord
 
 __all__ = ["load"]
 
@@ -57,8 +63,8 @@ def load(
     from rich.progress import Progress
 
     from specops.loadgen._arrivals import poisson_arrivals, trace_arrivals
-    from specops.loadgen._client import LoadTarget, run_closed_loop, run_open_loop
-    from specops.loadgen._stats import RequestRecord, summarize
+    from specops.loadgen._client import LoadTarget
+    from specops.loadgen._stats import summarize
 
     modes = [concurrency is not None, rate is not None, rate_trace is not None]
     if sum(modes) != 1:
@@ -82,21 +88,73 @@ def load(
             bar.advance(task)
 
         started = time.perf_counter()
-        if concurrency is not None:
-            records = asyncio.run(
-                run_closed_loop(
-                    target,
-                    concurrency,
-                    num_requests=num_requests,
-                    duration_s=duration,
-                    progress=advance,
-                )
-            )
-        else:
-            records = asyncio.run(run_open_loop(target, arrivals, progress=advance))
+        records, engine = asyncio.run(
+            _drive(target, concurrency, arrivals, num_requests, duration, advance)
+        )
         elapsed = time.perf_counter() - started
     summary = summarize(records, elapsed)
+    held = _held(concurrency, summary, engine)
+    summary["concurrency"] = held
     text = json.dumps(summary, indent=2)
     if output:
         Path(output).write_text(text + "\n", encoding="utf-8")
     click.echo(text)
+    click.echo(_held_line(held), err=True)
+
+
+async def _drive(
+    target: LoadTarget,
+    concurrency: int | None,
+    arrivals: list[float],
+    num_requests: int | None,
+    duration: float | None,
+    progress: Callable[[RequestRecord], None],
+) -> tuple[list[RequestRecord], EngineLoad | None]:
+    """The load, with the engine's /metrics watched meanwhile."""
+    from specops.loadgen._client import open_session, run_closed_loop, run_open_loop, watch_engine
+
+    stop = asyncio.Event()
+    async with open_session(2) as session:
+        watcher = asyncio.create_task(watch_engine(session, target.url, stop))
+        try:
+            if concurrency is not None:
+                records = await run_closed_loop(
+                    target,
+                    concurrency,
+                    num_requests=num_requests,
+                    duration_s=duration,
+                    progress=progress,
+                )
+            else:
+                records = await run_open_loop(target, arrivals, progress=progress)
+        finally:
+            stop.set()
+        return records, await watcher
+
+
+def _held(
+    concurrency: int | None, summary: dict[str, object], engine: EngineLoad | None
+) -> dict[str, float | None]:
+    """Requests wanted in flight, what the client had, and what the engine held by its own
+    gauges (running + waiting) and by its requests' time over wall time."""
+    client = summary["client_in_flight"]
+    return {
+        "wanted": None if concurrency is None else float(concurrency),
+        "client": float(client) if isinstance(client, int | float) else None,
+        "engine": None if engine is None else engine.mean_in_flight,
+        "engine_by_request_time": None if engine is None else engine.request_time_concurrency,
+    }
+
+
+def _held_line(held: dict[str, float | None]) -> str:
+    def number(key: str) -> str:
+        value = held[key]
+        return "-" if value is None else f"{value:.1f}"
+
+    engine = (
+        "the engine's metrics were not found"
+        if held["engine"] is None
+        else f"the engine held {number('engine')} (running + waiting), "
+        f"{number('engine_by_request_time')} by its requests' time"
+    )
+    return f"in flight: wanted {number('wanted')}, the client had {number('client')}, {engine}"

@@ -43,7 +43,8 @@ def _distribution(values: Sequence[float]) -> dict[str, float]:
 
 
 def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, object]:
-    """Counts, throughput and TTFT/TPOT/ITL percentiles in milliseconds, as a JSON object."""
+    """Counts, throughput and TTFT/TPOT/ITL percentiles in milliseconds, as a JSON object;
+    ``client_in_flight`` is the requests' time over the wall time (mean requests in flight)."""
     done = [r for r in records if r.ok]
     output = sum(r.output_tokens for r in done)
     return {
@@ -53,6 +54,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float) -> dict[str, 
         "errors": sorted({r.error for r in records if not r.ok})[:10],
         "input_tokens": sum(r.prompt_tokens for r in done),
         "output_tokens": output,
+        "client_in_flight": sum(r.latency for r in records) / duration_s if duration_s > 0 else 0.0,
         "request_throughput": len(done) / duration_s if duration_s > 0 else 0.0,
         "output_throughput": output / duration_s if duration_s > 0 else 0.0,
         "ttft": _distribution([r.ttft for r in done]),

@@ -43,7 +43,9 @@ class CostPoint:
     The rest says what else the steps did, for a model with more terms than N:
     ``batch`` the mean running requests per engine, ``drafted`` the draft tokens proposed
     per step, ``drafts`` the drafts (one per decoding request that drafted) per step,
-    ``end`` when the interval ended.
+    ``decoding`` the requests that decoded per step (each emits one token besides the
+    drafts it had accepted, so generated minus accepted tokens; running requests also
+    count those still prefilling), ``end`` when the interval ended.
     """
 
     batched_tokens: float
@@ -52,6 +54,7 @@ class CostPoint:
     batch: float = 0.0
     drafted: float = 0.0
     drafts: float = 0.0
+    decoding: float = 0.0
     end: float = 0.0
 
 
@@ -92,7 +95,9 @@ def cost_point(interval: Interval) -> CostPoint | None:
     if running_start <= 0 or running_end <= 0 or iteration is None or iteration.count <= 0:
         return None
     drafted = interval.counters.get(Counter.DRAFT_TOKENS, 0.0)
-    verified = drafted - interval.counters.get(Counter.ACCEPTED_TOKENS, 0.0)
+    accepted = interval.counters.get(Counter.ACCEPTED_TOKENS, 0.0)
+    verified = drafted - accepted
+    generated = interval.counters.get(Counter.GENERATION_TOKENS, 0.0)
     steps = iteration.count
     return CostPoint(
         batched_tokens=(iteration.total + verified) / steps,
@@ -101,6 +106,7 @@ def cost_point(interval: Interval) -> CostPoint | None:
         batch=(running_start + running_end) / 2 / interval.engines,
         drafted=drafted / steps,
         drafts=interval.counters.get(Counter.DRAFTS, 0.0) / steps,
+        decoding=max(generated - accepted, 0.0) / steps,
         end=interval.end,
     )
 

@@ -102,6 +102,7 @@ class CostPointObservation(_Model):
     batch: float = 0.0
     drafted_tokens: float = 0.0
     drafts: float = 0.0
+    decoding: float = 0.0
     end: float = 0.0
 
 

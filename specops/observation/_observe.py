@@ -249,6 +249,7 @@ def _cost(
                 batch=p.batch,
                 drafted_tokens=p.drafted,
                 drafts=p.drafts,
+                decoding=p.decoding,
                 end=p.end,
             )
             for p in points

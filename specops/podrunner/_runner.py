@@ -234,6 +234,7 @@ class PodRunner:
         self._failed: dict[PodKey, str] = {}
         self._proxies: dict[tuple[str, str], _Proxy] = {}
         self._prometheus_url: str | None = None
+        self._proxy_session: aiohttp.ClientSession | None = None
         self._written: dict[Path, str] = {}
 
     # -- the loop ------------------------------------------------------------------
@@ -243,6 +244,15 @@ class PodRunner:
         async with AsyncExitStack() as stack:
             session = await stack.enter_async_context(
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5.0))
+            )
+            # The proxies' own session: a Service limits no connections, and aiohttp's
+            # default pool holds 100 (the engines would see at most 100 requests, and the
+            # probes would queue behind them).
+            self._proxy_session = await stack.enter_async_context(
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=0),
+                    timeout=aiohttp.ClientTimeout(total=None, connect=5.0),
+                )
             )
             stack.push_async_callback(self._stop_everything)
             self._write_targets()
@@ -453,7 +463,9 @@ class PodRunner:
         for gone in set(self._proxies) - services:
             await self._proxies.pop(gone).runner.cleanup()
         for namespace, service in sorted(services - set(self._proxies)):
-            app = build_proxy_app(partial(self._ready_engines, namespace, service), session)
+            app = build_proxy_app(
+                partial(self._ready_engines, namespace, service), self._proxy_session or session
+            )
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             await web.TCPSite(runner, LOOPBACK, 0).start()

@@ -17,7 +17,12 @@ from specops.control import (
     decide,
     service_window,
 )
-from specops.observation import CostPointObservation, EstimateStatus, PodObservation
+from specops.observation import (
+    CostObservation,
+    CostPointObservation,
+    EstimateStatus,
+    PodObservation,
+)
 from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
 from tests.control.observations import pod_observation
 
@@ -162,7 +167,52 @@ def test_step_points_whose_counters_contradict_the_config_are_left_out() -> None
     )
     pod = pod_observation("a", at=NOW, running=[8] * 30, cost_points=[drafting, silent])
     points = _window([pod]).control_input.cost_points
-    assert [p.end for p in points] == [1]  # k = 3 in force: a step that drafted nothing is broken
+    # k = 3 in force: both count (no drafts is what a k = 0 row of a table does)
+    assert [p.end for p in points] == [1, 2]
     assert points[0].positions == pytest.approx(3.0) and points[0].speculating == 1.0
     off = pod_observation("a", at=NOW, running=[8] * 30, k=0, cost_points=[drafting, silent])
+    # speculation off: drafts cannot happen, the interval is broken
     assert [p.end for p in _window([off], k=0).control_input.cost_points] == [2]
+
+
+def _with_cost_points(
+    pod: PodObservation, points: Sequence[CostPointObservation]
+) -> PodObservation:
+    window = pod.windows[0]
+    cost = CostObservation(status=EstimateStatus.OK, points=list(points))
+    return pod.model_copy(update={"windows": [window.model_copy(update={"cost": cost})]})
+
+
+def test_steps_count_as_drafting_by_the_requests_that_decoded_not_those_running() -> None:
+    # Load ramping up: 10 requests running on average, only 6 of them decoding (the rest
+    # still prefilling), each of those drafting: every step drafted.
+    ramp = CostPointObservation(
+        batched_tokens=40.0,
+        step_seconds=0.01,
+        steps=100,
+        batch=10,
+        drafted_tokens=18,
+        drafts=6,
+        decoding=6,
+        end=NOW - 10,
+    )
+    # A k = 0 row of a per-batch-size table: requests decode, none drafts.
+    zero_row = CostPointObservation(
+        batched_tokens=150.0, step_seconds=0.01, steps=100, batch=150, decoding=150, end=NOW - 8
+    )
+    # A sidecar that does not report the decoding requests: the running ones stand in.
+    legacy = CostPointObservation(
+        batched_tokens=40.0,
+        step_seconds=0.01,
+        steps=100,
+        batch=10,
+        drafted_tokens=18,
+        drafts=6,
+        end=NOW - 6,
+    )
+    pod = _with_cost_points(
+        pod_observation("a", at=NOW, running=[10] * 30), [ramp, zero_row, legacy]
+    )
+    points = _window([pod]).control_input.cost_points
+    assert [p.speculating for p in points] == pytest.approx([1.0, 0.0, 0.6])
+    assert [p.positions for p in points] == pytest.approx([3.0, 0.0, 1.8])

@@ -31,12 +31,14 @@ def test_steps_run_in_order_and_say_where_the_report_goes() -> None:
         "podrunner",
         "service",
         "load",
-        "baselines",
+        "replay",
         "report",
     ]
     assert "out/demo/report.md" in steps[-1].detail
-    assert "6 min" in steps[keys.index("load")].detail
-    assert "night 4 -> midday 96 -> late 8" in steps[keys.index("load")].detail
+    assert "6 min" in steps[keys.index("load")].detail  # the minutes asked, not the day's 7
+    assert "night 4 -> midday 200 -> late 8" in steps[keys.index("load")].detail
+    replay = steps[keys.index("replay")].detail
+    assert "llama3.1-8b-h200-eagle3" in replay and "the oracle" in replay
 
 
 def test_first_run_announces_the_build_and_its_duration() -> None:
@@ -67,6 +69,8 @@ def test_demo_service_is_the_example_tuned_for_minutes_and_still_valid() -> None
     assert parsed.spec.engine.hf_token_secret is None
     assert parsed.spec.policy.evaluation_window_seconds == 40
     assert parsed.spec.policy.min_dwell_seconds == 60
+    assert parsed.spec.policy.objective == "Goodput"
+    assert parsed.spec.policy.tpot_target_milliseconds == options.tpot_target_ms
     assert parsed.spec.metrics.source == "Direct"
     assert parsed.spec.metrics.prometheus_url is None
     assert parsed.spec.metrics.scrape_interval_seconds == 2

@@ -1,3 +1,4 @@
+import asyncio
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -7,11 +8,13 @@ from aiohttp.test_utils import TestServer
 from specops.loadgen import (
     LoadTarget,
     RequestRecord,
+    open_session,
     poisson_arrivals,
     run_closed_loop,
     run_open_loop,
     summarize,
     trace_arrivals,
+    watch_engine,
 )
 from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
 from specops.sim._server import ServerOptions, build_app
@@ -48,6 +51,10 @@ def test_summary_percentiles_and_throughput() -> None:
     tpot = summary["tpot"]
     assert isinstance(tpot, dict) and tpot["mean_ms"] == pytest.approx(100.0)
     assert summary["errors"] == ["HTTP 500: boom"]
+    # The requests' time over the wall time: 10 requests of 1.1..2.0 s over 10 s.
+    assert summary["client_in_flight"] == pytest.approx(
+        sum(1.0 + 0.1 * i for i in range(1, 11)) / 10
+    )
 
 
 @pytest.fixture
@@ -76,3 +83,29 @@ async def test_closed_and_open_loop_against_the_simulated_engine(server_url: str
     assert [r.output_tokens for r in opened] == [5, 5, 5]
     failed = await run_closed_loop(LoadTarget(url=server_url, model="other"), 1, num_requests=1)
     assert not failed[0].ok and failed[0].error.startswith("HTTP 404")
+
+
+async def test_the_engine_is_watched_while_the_client_holds_its_concurrency(
+    server_url: str,
+) -> None:
+    target = LoadTarget(url=server_url, model="llama", max_tokens=200)
+    stop = asyncio.Event()
+    async with open_session(2) as session:
+        watcher = asyncio.create_task(watch_engine(session, server_url, stop, every_s=0.05))
+        records = await run_closed_loop(target, 8, duration_s=0.6)
+        stop.set()
+        engine = await watcher
+    assert all(r.ok for r in records)
+    assert engine is not None and engine.in_flight
+    # The engine held what the client sent: all 8 in flight but for the gaps between requests.
+    mean = engine.mean_in_flight
+    assert mean is not None and 6.0 <= mean <= 8.0
+    by_time = engine.request_time_concurrency
+    assert by_time is not None and 0 < by_time <= 8.5
+
+
+async def test_a_server_without_metrics_is_not_watched() -> None:
+    stop = asyncio.Event()
+    stop.set()
+    async with open_session(1) as session:
+        assert await watch_engine(session, "http://127.0.0.1:9", stop) is None

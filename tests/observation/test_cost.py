@@ -52,6 +52,8 @@ def test_point_uses_verified_tokens_and_wall_time_per_engine() -> None:
     assert point.steps == 400
     assert point.step_seconds == pytest.approx(0.05)
     assert point.batched_tokens == pytest.approx(8 * 4)
+    # Each decoding request emits one token besides its accepted drafts: 8 decode a step.
+    assert point.decoding == pytest.approx(8) and point.drafts == pytest.approx(8)
 
 
 def test_idle_or_restarted_intervals_give_no_point() -> None:
