@@ -1191,7 +1191,7 @@ class SimulatedEngine:
             ("vllm:request_params_n", lambda r: 1),
             ("vllm:request_max_num_generation_tokens", lambda r: r.output_tokens),
         ):
-            histograms[name].observe_many(np.fromiter(map(value, records), np.float64))
+            histograms[name].observe_each(np.fromiter(map(value, records), np.float64))
 
     def _release(self, slot: int) -> None:
         self._slot_request[slot] = None

@@ -636,11 +636,6 @@ def price(
         1 + int(np.searchsorted(ends[:-1], until, side="left")),
         1 + int(np.searchsorted(ends, phase_end, side="left")),
     )
-    # A planned step with nothing to decode or prefill (every lane finished before it)
-    # would not run: stepping stops when the engine has no work.
-    busy = np.flatnonzero((decoding > 0) | (prefill > 0))
-    if busy.size:
-        committed = min(committed, int(busy[-1]) + 1)
     decodes = decodes.before(committed)
     last = decodes.step == committed - 1
     held = int(limits.blocks(decodes.context[last]).sum())
