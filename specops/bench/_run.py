@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import ceil, floor, inf, nextafter
 
@@ -346,17 +347,14 @@ def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
         ) from exc
 
 
-def _advance(engine: SimulatedEngine, target: int, wake: float, last_k: int) -> int:
-    """Run the engine to ``wake`` with ``target`` clients (their number holds till then);
-    returns the k of the last step."""
+def _advance(engine: SimulatedEngine, target: int, wake: float, scrapes: Sequence[float]) -> None:
+    """Run the engine to ``wake`` with ``target`` clients (their number holds till then),
+    noting the running requests at the ``scrapes`` before it (take_samples)."""
     if engine.now < engine.available_at:
-        engine.run_until(min(wake, engine.available_at))
-        return last_k
-    if not engine.has_work:
-        engine.run_until(wake)
-        return last_k
-    engine.run_until(wake, concurrency=target)
-    return engine.last_k
+        until, concurrency = min(wake, engine.available_at), None
+    else:
+        until, concurrency = wake, target if engine.has_work else None
+    engine.run_until(until, concurrency=concurrency, sample_at=[t for t in scrapes if t < until])
 
 
 def _run_trace(
@@ -466,10 +464,20 @@ def _run_trace(
         target = clients.target(now)
         for _ in range(target - engine.num_running - engine.num_waiting):
             engine.add_request()
-        wake = min(next_scrape, boundaries[index + 1], measure_from[index] if not opened else end)
-        if state is not None:
-            wake = min(wake, next_window)
-        last_k = _advance(engine, target, min(wake, clients.steady_until(now)), last_k)
+        wake = min(boundaries[index + 1], measure_from[index] if not opened else end)
+        if state is not None:  # the controller reads the pod at every scrape
+            wake = min(wake, next_window, next_scrape)
+        wake = min(wake, clients.steady_until(now))
+        scrapes = []
+        while next_scrape < wake:  # a fixed policy's scrapes only sample the load
+            scrapes.append(next_scrape)
+            next_scrape += controller.scrape_s
+        _advance(engine, target, wake, scrapes)
+        sampled = engine.take_samples()
+        timeline.extend(sampled)
+        if len(sampled) < len(scrapes):
+            next_scrape = scrapes[len(sampled)]
+        last_k = engine.last_k
         finished.extend(engine.take_finished())
     return RunResult(
         policy=policy.name,

@@ -321,6 +321,8 @@ class SimulatedEngine:
         self._finished: list[FinishedRequest] = []
         self._waiting: deque[_Request] = deque()
         self._ahead: deque[_Ahead] = deque()
+        self._sample_at: deque[float] = deque()
+        self._samples: list[tuple[float, int, int]] = []
         self._metrics = MetricsRecorder(config.max_model_len)
         slots = config.max_num_seqs
         width = max(1, workload.max_trace_len)
@@ -510,6 +512,23 @@ class SimulatedEngine:
         accepted = metrics.accepted_per_position[: metrics.num_positions]
         return metrics.counters["vllm:spec_decode_num_drafts"], tuple(accepted.tolist())
 
+    def take_samples(self) -> list[tuple[float, int, int]]:
+        """(time, running requests, k) for run_until's ``sample_at`` times, oldest first."""
+        samples, self._samples = self._samples, []
+        return samples
+
+    def _note_samples(
+        self, running: Sequence[int] = (), ends: Sequence[float] = (), ks: Sequence[int] = ()
+    ) -> None:
+        """Note the samples due by now: from a stretch's per-step running counts, ends and
+        k where given, else from the engine as it stands."""
+        due = self._sample_at
+        for busy, end, k in zip(running, ends, ks, strict=True):
+            while due and due[0] <= end:
+                self._samples.append((due.popleft(), busy, k))
+        while due and due[0] <= self.now:
+            self._samples.append((due.popleft(), len(self._order), self.last_k))
+
     def take_finished(self) -> list[FinishedRequest]:
         """Requests finished since the last call, oldest first."""
         finished, self._finished = self._finished, []
@@ -517,21 +536,28 @@ class SimulatedEngine:
 
     # -- time --------------------------------------------------------------------------
 
-    def run_until(self, until: float, *, concurrency: int | None = None) -> int:
+    def run_until(
+        self, until: float, *, concurrency: int | None = None, sample_at: Sequence[float] = ()
+    ) -> int:
         """Step while there is work and the clock is before ``until``; idle time jumps.
 
         The last step may end past ``until`` (steps are not cut). With ``concurrency``, a
         closed loop: after every step that ends before ``until``, requests from the workload
-        arrive at its end until running and waiting add up to ``concurrency``. Returns
-        steps taken.
+        arrive at its end until running and waiting add up to ``concurrency``. For each of
+        ``sample_at`` (increasing times before ``until``) the running requests and k after
+        the first step that ends at or after it are noted (``take_samples``), as a scraper
+        polling between steps would see them. Returns steps taken.
         """
+        self._sample_at.extend(sample_at)
         steps = 0
         while self.now < until:
             if self.now < self.available_at:
                 self.now = min(until, self.available_at)
+                self._note_samples()
                 continue
             if not self.has_work:
                 self.now = until
+                self._note_samples()
                 break
             steps += self._advance(until, concurrency, self._horizon(until))[0]
             if concurrency is not None and self.now < until:
@@ -753,6 +779,12 @@ class SimulatedEngine:
                 self.step_rule.observe(*heard)
         start = self.now
         running = list(self._order)
+        if self._sample_at:
+            self._note_samples(
+                stretch.running_after(len(running)).tolist(),
+                stretch.ends.tolist(),
+                stretch.k.tolist(),
+            )
         self._count_stretch(stretch, running)
         slots, names, finished = self._replay(stretch, running, arrivals_until)
         self._settle(stretch, slots)
@@ -946,6 +978,7 @@ class SimulatedEngine:
             self.step_rule.observe(
                 int(decoding.size), k, end - start, prefill_tokens, *self.spec_decode_counts()
             )
+        self._note_samples()
         return StepResult(start, end, int(decoding.size), prefill_tokens, k, emitted, finished)
 
     def _used_blocks(self, block: int, lookahead: int) -> int:
@@ -1158,7 +1191,7 @@ class SimulatedEngine:
             ("vllm:request_params_n", lambda r: 1),
             ("vllm:request_max_num_generation_tokens", lambda r: r.output_tokens),
         ):
-            histograms[name].observe_many(np.fromiter(map(value, records), np.float64))
+            histograms[name].observe_each(np.fromiter(map(value, records), np.float64))
 
     def _release(self, slot: int) -> None:
         self._slot_request[slot] = None

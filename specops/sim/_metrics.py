@@ -73,6 +73,14 @@ class _Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def observe_each(self, values: npt.NDArray[np.float64]) -> None:
+        """Observe every value in order, the sum added up one value after another (as
+        ``observe`` adds them: the same total to the last bit)."""
+        if values.size:
+            index = np.searchsorted(self.edges, values, side="left")
+            self.counts += np.bincount(index, minlength=self.counts.size)
+            self.total = float(np.cumsum(np.concatenate(([self.total], values)))[-1])
+
     def observe_many(
         self, values: npt.NDArray[np.float64], times: npt.NDArray[np.int64] | None = None
     ) -> None:

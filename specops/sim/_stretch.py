@@ -390,6 +390,9 @@ class _Planner:
         step = 0
         end = self.horizon
         while step < self.horizon:
+            if not self.in_flight and not self.pending:  # the engine runs dry: no step
+                end = step
+                break
             preempts = step >= self.blocks.outgrown
             if preempts:
                 self.preempt(step)
@@ -545,6 +548,23 @@ class Stretch:
                 at(step).arrivals += 1
         return [by_step[step] for step in sorted(by_step)]
 
+    def running_after(self, running: int) -> Counts:
+        """Requests running after each committed step, ``running`` before the first."""
+        planned = self.plan
+        steps = self.committed
+        finished = [
+            step
+            for lane, step in enumerate(planned.finishes)
+            if step < steps and planned.preempted.get(lane, steps) > step
+        ]
+        preempted = [step for step in planned.preempted.values() if step < steps]
+        change = (
+            self.first_tokens
+            - _per_step(np.asarray(finished, dtype=np.int64), steps)
+            - _per_step(np.asarray(preempted, dtype=np.int64), steps)
+        )
+        return running + np.cumsum(change)
+
     def survivors(self) -> list[int]:
         """Lanes still running after the committed steps."""
         planned = self.plan
@@ -616,11 +636,6 @@ def price(
         1 + int(np.searchsorted(ends[:-1], until, side="left")),
         1 + int(np.searchsorted(ends, phase_end, side="left")),
     )
-    # A planned step with nothing to decode or prefill (every lane finished before it)
-    # would not run: stepping stops when the engine has no work.
-    busy = np.flatnonzero((decoding > 0) | (prefill > 0))
-    if busy.size:
-        committed = min(committed, int(busy[-1]) + 1)
     decodes = decodes.before(committed)
     last = decodes.step == committed - 1
     held = int(limits.blocks(decodes.context[last]).sum())

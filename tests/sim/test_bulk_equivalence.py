@@ -164,8 +164,9 @@ def test_a_workload_shift_and_a_restart_are_the_same_in_stretches() -> None:
     assert bulk.metrics().counters["vllm:spec_decode_num_drafts"] > 0
 
 
-def test_open_loop_arrivals_and_single_steps_are_the_same_in_stretches() -> None:
-    arrivals = np.cumsum(np.random.default_rng(5).exponential(0.05, size=300))
+@pytest.mark.parametrize("gap_s", [0.05, 2.0], ids=["busy", "idle-between"])
+def test_open_loop_arrivals_and_single_steps_are_the_same_in_stretches(gap_s: float) -> None:
+    arrivals = np.cumsum(np.random.default_rng(5).exponential(gap_s, size=300 if gap_s < 1 else 40))
 
     def run(e: SimulatedEngine) -> None:
         for arrival in arrivals.tolist():
