@@ -650,9 +650,12 @@ def _load_axis(ax: Axes, record: RunRecord) -> None:
 
 def _k_axis(ax: Axes, record: RunRecord) -> None:
     replay = record.replay
+    timeline = replay.controlled.timeline
+    # Before its first step the engine has run no k: it starts at the initial one.
+    first = next((i for i, (_, running, _) in enumerate(timeline) if running > 0), 0)
     ax.step(
-        [t for t, _, _ in replay.controlled.timeline],
-        [k for _, _, k in replay.controlled.timeline],
+        [t for t, _, _ in timeline],
+        [replay.initial_k if i < first else k for i, (_, _, k) in enumerate(timeline)],
         where="post",
         label="k run, replay (0: off)",
     )
