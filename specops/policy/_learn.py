@@ -191,23 +191,19 @@ class CostEvidence:
         often than physics, and is left out: one such point would otherwise move every
         term at once.
         """
-        fresh = [p for p in points if p.end > self.until and p.steps > 0 and p.step_seconds > 0]
+        fresh = [
+            (p, _point_features(p, prior.knee_tokens))
+            for p in points
+            if p.end > self.until and p.steps > 0 and p.step_seconds > 0
+        ]
         if fresh:
             model = CostPosterior.of(prior, self).model()
-            fresh = [p for p in fresh if _plausible(p, model, prior.outlier_ratio)]
+            fresh = [(p, x) for p, x in fresh if _plausible(p, model.seconds(x), prior)]
         if not fresh:
             return self
         gram = list(self.gram)
         moment = list(self.moment)
-        for p in fresh:
-            x = _features(
-                p.batched_tokens,
-                p.context_tokens,
-                p.positions,
-                p.drafted,
-                p.speculating,
-                prior.knee_tokens,
-            )
+        for p, x in fresh:
             relative = prior.noise**2 / p.steps + prior.misfit**2
             w = 1.0 / (relative * p.step_seconds**2)
             for i in range(_DIM):
@@ -216,35 +212,31 @@ class CostEvidence:
                     gram[i * _DIM + j] += w * x[i] * x[j]
         ks = {
             *self.ks,
-            *(round(p.positions / p.speculating) if p.speculating else 0 for p in fresh),
+            *(round(p.positions / p.speculating) if p.speculating else 0 for p, _ in fresh),
         }
         return CostEvidence(
             gram=tuple(gram),
             moment=tuple(moment),
             points=self.points + len(fresh),
-            steps=self.steps + sum(p.steps for p in fresh),
-            until=max(p.end for p in fresh),
+            steps=self.steps + sum(p.steps for p, _ in fresh),
+            until=max(p.end for p, _ in fresh),
             ks=tuple(sorted(ks)),
         )
 
 
-def _plausible(point: StepPoint, model: LearnedCost, ratio: float) -> bool:
-    predicted = sum(
-        c * v
-        for c, v in zip(
-            model.coefficients,
-            _features(
-                point.batched_tokens,
-                point.context_tokens,
-                point.positions,
-                point.drafted,
-                point.speculating,
-                model.knee_tokens,
-            ),
-            strict=True,
-        )
+def _point_features(point: StepPoint, knee: float) -> tuple[float, ...]:
+    return _features(
+        point.batched_tokens,
+        point.context_tokens,
+        point.positions,
+        point.drafted,
+        point.speculating,
+        knee,
     )
-    predicted = max(predicted, model.floor_s)
+
+
+def _plausible(point: StepPoint, predicted: float, prior: CostPrior) -> bool:
+    ratio = prior.outlier_ratio
     return predicted / ratio <= point.step_seconds <= predicted * ratio
 
 
@@ -313,10 +305,13 @@ class LearnedCost:
     knee_tokens: float
     floor_s: float
 
-    def step_time(self, shape: StepShape) -> float:
-        x = _shape_features(shape, self.knee_tokens)
-        seconds = sum(c * v for c, v in zip(self.coefficients, x, strict=True))
+    def seconds(self, features: Sequence[float]) -> float:
+        """The step time of a step with these (scaled) features, never below the floor."""
+        seconds = sum(c * v for c, v in zip(self.coefficients, features, strict=True))
         return max(seconds, self.floor_s)
+
+    def step_time(self, shape: StepShape) -> float:
+        return self.seconds(_shape_features(shape, self.knee_tokens))
 
 
 @dataclass(frozen=True, slots=True)
