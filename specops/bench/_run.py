@@ -73,6 +73,7 @@ __all__ = [
     "RunResult",
     "SegmentStats",
     "initial_config",
+    "load_inputs",
     "run_policy",
     "service_model",
 ]
@@ -490,16 +491,25 @@ def _run_trace(
     )
 
 
+def load_inputs(
+    trace: LoadTrace, service: ServiceSpec
+) -> tuple[PerformanceProfile, EngineTruth, WorkloadSpec]:
+    """The service's profile and truth and the trace's workload; errors name the trace."""
+    try:
+        return (
+            get_profile(service.profile),
+            load_truth(service.truth),
+            load_workload(trace.workload),
+        )
+    except (EngineConfigError, KeyError) as exc:
+        raise BenchError(f"trace {trace.name}: {exc}") from exc
+
+
 def run_policy(
     trace: LoadTrace, policy: Policy, service: ServiceSpec, controller: ControllerSpec
 ) -> RunResult:
     """A whole trace; a sweep runs each segment on a fresh engine and joins the figures."""
-    try:
-        profile = get_profile(service.profile)
-        truth = load_truth(service.truth)
-        workload = load_workload(trace.workload)
-    except (EngineConfigError, KeyError) as exc:
-        raise BenchError(f"trace {trace.name}: {exc}") from exc
+    profile, truth, workload = load_inputs(trace, service)
     if not trace.sweep:
         return _run_trace(trace, policy, service, controller, profile, truth, workload)
     parts = [

@@ -14,13 +14,12 @@ from specops.bench._run import (
     GoodputRulePolicy,
     Policy,
     RunResult,
+    load_inputs,
     run_policy,
 )
 from specops.bench._spec import BenchError, BenchSuite, LoadTrace
 from specops.bench._truth_table import truth_table
-from specops.errors import EngineConfigError
 from specops.policy import SpecConfig
-from specops.sim import load_truth, load_workload
 
 __all__ = [
     "VLLM_DOCUMENTED_TABLE",
@@ -58,18 +57,13 @@ def policies_for(suite: BenchSuite) -> list[Policy]:
 def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
     """The best table on the truth for each workload mix the trace runs (oracle baselines)."""
     service = suite.service
-    try:
-        truth = load_truth(service.truth)
-        workload = load_workload(trace.workload)
-    except (EngineConfigError, KeyError) as exc:
-        raise BenchError(f"trace {trace.name}: {exc}") from exc
-    mixes: dict[str, dict[str, float] | None] = {}
+    _, truth, workload = load_inputs(trace, service)
+    # the first segment to run each distinct mix names it
+    mixes: dict[str, tuple[str, dict[str, float] | None]] = {}
     current: dict[str, float] | None = None
     for index, segment in enumerate(trace.segments):
         current = segment.mix if segment.mix is not None else current
-        key = json.dumps(current, sort_keys=True)
-        if key not in {json.dumps(m, sort_keys=True) for m in mixes.values()}:
-            mixes[segment.name(index)] = current
+        mixes.setdefault(json.dumps(current, sort_keys=True), (segment.name(index), current))
     many = len(mixes) > 1
     return [
         FixedPolicy(
@@ -84,7 +78,7 @@ def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
                 mix=mix,
             ),
         )
-        for label, mix in mixes.items()
+        for label, mix in mixes.values()
     ]
 
 
