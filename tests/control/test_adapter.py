@@ -18,7 +18,6 @@ from specops.control import (
     service_window,
 )
 from specops.observation import (
-    CostObservation,
     CostPointObservation,
     EstimateStatus,
     PodObservation,
@@ -175,14 +174,6 @@ def test_step_points_whose_counters_contradict_the_config_are_left_out() -> None
     assert [p.end for p in _window([off], k=0).control_input.cost_points] == [2]
 
 
-def _with_cost_points(
-    pod: PodObservation, points: Sequence[CostPointObservation]
-) -> PodObservation:
-    window = pod.windows[0]
-    cost = CostObservation(status=EstimateStatus.OK, points=list(points))
-    return pod.model_copy(update={"windows": [window.model_copy(update={"cost": cost})]})
-
-
 def test_steps_count_as_drafting_by_the_requests_that_decoded_not_those_running() -> None:
     # Load ramping up: 10 requests running on average, only 6 of them decoding (the rest
     # still prefilling), each of those drafting: every step drafted.
@@ -210,9 +201,7 @@ def test_steps_count_as_drafting_by_the_requests_that_decoded_not_those_running(
         drafts=6,
         end=NOW - 6,
     )
-    pod = _with_cost_points(
-        pod_observation("a", at=NOW, running=[10] * 30), [ramp, zero_row, legacy]
-    )
+    pod = pod_observation("a", at=NOW, running=[10] * 30, cost_points=[ramp, zero_row, legacy])
     points = _window([pod]).control_input.cost_points
     assert [p.speculating for p in points] == pytest.approx([1.0, 0.0, 0.6])
     assert [p.positions for p in points] == pytest.approx([3.0, 0.0, 1.8])
