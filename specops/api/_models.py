@@ -769,7 +769,8 @@ class DecisionStatus(CrdModel):
     restart_cost_seconds: float | None = Field(default=None, ge=0)
     """Seconds of service a restart is expected to cost (measured rollouts, else the estimate)."""
     crossovers: list[CrossoverStatus] = Field(default=[], max_length=32)
-    """Crossover batch size of each candidate k, from the measured acceptance."""
+    """Crossover batch size of each candidate k, predicted from the measured acceptance and the
+    step-time model (stepTimeModel says whether that is the profile's prior or learned)."""
     applied: bool = False
     """Whether the pods were changed (false in mode Advise)."""
     recommended: SpeculativeConfigStatus | None = None

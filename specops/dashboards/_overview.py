@@ -157,15 +157,15 @@ def overview() -> db.Dashboard:
         )
         .with_panel(
             timeseries_panel(
-                "Crossover: measured against the prior",
-                "For the k in force, the batch size from which it stops paying as the "
+                "Crossover: learned from measurements against the prior",
+                "For each candidate k, the batch size from which it stops paying as the "
                 "controller predicts it from measured step times (with its 10th-90th "
                 "percentile band), and as the performance profile alone predicts it.",
                 [
-                    Query(f"min by (k) ({q.OPERATOR_CROSSOVER}{{{SELECTOR}}})", "measured k={{k}}"),
+                    Query(f"min by (k) ({q.OPERATOR_CROSSOVER}{{{SELECTOR}}})", "learned k={{k}}"),
                     Query(
                         f"min by (k, quantile) ({q.OPERATOR_CROSSOVER_BAND}{{{SELECTOR}}})",
-                        "measured k={{k}} q{{quantile}}",
+                        "learned k={{k}} q{{quantile}}",
                     ),
                     Query(
                         f"min by (k) ({q.OPERATOR_PRIOR_CROSSOVER}{{{SELECTOR}}})",
