@@ -310,12 +310,18 @@ def _service_model(
     )
 
 
-def _event(previous: DecisionStatus | None, decision: Decision) -> tuple[str, str, str] | None:
-    """An event when the action or its reason changes; a rollback is a warning."""
-    if previous is not None and (previous.action, previous.reason_code) == (
-        decision.action.value,
-        decision.code.value,
-    ):
+def _event(
+    previous: DecisionStatus | None, decision: Decision, recommended: Obj | None
+) -> tuple[str, str, str] | None:
+    """An event when the action, its reason or the config recommended changes; a rollback
+    is a warning. Two reconfigurations in a row for the same reason are two events."""
+    if previous is not None and (
+        previous.action,
+        previous.reason_code,
+        previous.recommended.model_dump(by_alias=True, mode="json")
+        if previous.recommended is not None
+        else None,
+    ) == (decision.action.value, decision.code.value, recommended):
         return None
     kind = "Warning" if decision.action is Action.ROLLBACK else "Normal"
     return kind, decision.action.value, f"{decision.code.value}: {decision.reason}"
@@ -352,9 +358,10 @@ def plan_tick(
         state, window.control_input, _service_model(spec, profile), control_settings(spec), now
     )
     live_status = body.get("status") or {}
+    last_decision = decision_status(spec, decision)
     patch: Obj = {
         "controller": save_state(decision.state).model_dump(by_alias=True, mode="json"),
-        "lastDecision": decision_status(spec, decision),
+        "lastDecision": last_decision,
         "conditions": _conditions(list(live_status.get("conditions") or []), window, now),
     }
     if window.available:
@@ -362,7 +369,8 @@ def plan_tick(
     changed = decision.config != in_force
     if changed:
         patch["speculativeConfig"] = _config_status(spec, decision.config)
-    return TickPlan(decision, patch, changed, _event(status.last_decision, decision))
+    event = _event(status.last_decision, decision, last_decision["recommended"])
+    return TickPlan(decision, patch, changed, event)
 
 
 async def _measure(

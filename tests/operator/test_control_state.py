@@ -241,3 +241,27 @@ def test_a_tick_without_measurements_withholds_and_reports_it() -> None:
     assert (metrics["type"], metrics["status"]) == ("MetricsAvailable", "False")
     assert tick.patch["lastDecision"]["reasonCode"] == "MetricsUnavailable"
     assert tick.event is not None and tick.event[:2] == ("Normal", "Withhold")
+
+
+def test_a_repeated_decision_posts_once_and_a_new_recommendation_posts_again() -> None:
+    body = {**_service(), "metadata": {"name": "llama", "namespace": "ml"}}
+    spec = apply_defaults(parse_service(body).spec)
+    in_force = speculation_from_spec(spec)
+    spec_status = speculative_config_status(spec, in_force, "Spec")
+    config = spec_status.model_dump(by_alias=True, mode="json")
+    blind = Fetched((), ("llama-0: cannot reach it",))
+
+    def tick(status: dict[str, Any]) -> Any:
+        body["status"] = status
+        parsed = parse_service(body).status
+        assert parsed is not None
+        return plan_tick(body, parsed, in_force, spec, blind, True, 1_700_000_000.0, 1024.0)
+
+    first = tick({"speculativeConfig": config})
+    assert first.event is not None
+    again = tick({"speculativeConfig": config, "lastDecision": first.patch["lastDecision"]})
+    assert again.event is None  # the same action, reason and recommendation: no new event
+    other = speculative_config_status(spec, SpecConfig.static(5), "Controller")
+    earlier = {**first.patch["lastDecision"], "recommended": other.model_dump(by_alias=True)}
+    moved = tick({"speculativeConfig": config, "lastDecision": earlier})
+    assert moved.event is not None and moved.event[1] == "Withhold"
