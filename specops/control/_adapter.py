@@ -170,6 +170,17 @@ def _unavailable(
     return ServiceWindow(control_input, False, reason, problem, 0, window_s)
 
 
+def _left_out(pod: PodObservation, window: WindowObservation | None, k: int) -> str | None:
+    """Why a pod's window is not used, or None when it is."""
+    if pod.status is EstimateStatus.INVALID:
+        return f"{pod.subject}: impossible readings ({'; '.join(pod.problems)})"
+    if pod.status is not EstimateStatus.OK or window is None:
+        return f"{pod.subject}: estimates {pod.status.value}"
+    if pod.configured_k != k:
+        return f"{pod.subject}: runs k={pod.configured_k}, not the k={k} in force"
+    return None
+
+
 def service_window(
     pods: Sequence[PodObservation],
     failures: Sequence[str],
@@ -189,19 +200,23 @@ def service_window(
     """
     skipped = list(failures)
     used: list[tuple[PodObservation, WindowObservation]] = []
-    stale = 0
     for pod in pods:
         window = _window(pod, window_s)
-        name = pod.subject
-        if pod.status is not EstimateStatus.OK or window is None:
-            stale += pod.status is EstimateStatus.STALE
-            skipped.append(f"{name}: estimates {pod.status.value}")
-        elif pod.configured_k != configured_k:
-            skipped.append(f"{name}: runs k={pod.configured_k}, not the k={configured_k} in force")
-        else:
+        if (why := _left_out(pod, window, configured_k)) is not None:
+            skipped.append(why)
+        elif window is not None:
             used.append((pod, window))
     note = f"; left out: {'; '.join(skipped)}" if skipped else ""
+    stale = sum(p.status is EstimateStatus.STALE for p in pods)
     if not used:
+        if any(p.status is EstimateStatus.INVALID for p in pods):
+            return _unavailable(
+                "MetricsImpossible",
+                f"no believable measurements{note}",
+                now,
+                window_s,
+                pods_ready,
+            )
         if stale:
             return _unavailable(
                 "MetricsStale",

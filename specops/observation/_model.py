@@ -37,6 +37,8 @@ class EstimateStatus(StrEnum):
     OK = "ok"
     STALE = "stale"
     UNKNOWN = "unknown"
+    INVALID = "invalid"
+    """The readings hold values no engine reports; they are left out (see ``problems``)."""
 
 
 class _Model(BaseModel):
@@ -207,6 +209,10 @@ class PodObservation(_Model):
     source: SourceObservation
     windows: list[WindowObservation]
     prediction: PredictionObservation
+    problems: list[str] = Field(
+        default_factory=list,
+        description="Impossible readings in the longest window (status invalid), as messages.",
+    )
 
     @property
     def subject(self) -> str:

@@ -47,6 +47,7 @@ from specops.observation._snapshot import (
     Snapshot,
     intervals_of,
 )
+from specops.observation._validity import interval_problems
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
@@ -328,7 +329,11 @@ def _window(
     intervals = [i for i in all_intervals if now - length < i.start and i.end <= now]
     positions = len(inside[-1].accepted_per_position) if inside else 0
     if not intervals:
-        reason = f"fewer than two readings in the last {length:g}s"
+        reason = (
+            "readings left out: they hold impossible values (see problems)"
+            if status is EstimateStatus.INVALID
+            else f"fewer than two readings in the last {length:g}s"
+        )
         return _Window(
             WindowObservation(
                 window_seconds=length,
@@ -449,6 +454,9 @@ def observe(
     )
     if intervals is None:
         intervals = intervals_of(snapshots)
+    problems = _problems(snapshots, intervals, now - max(config.windows_s), config.pod is not None)
+    if problems:
+        status, snapshots, intervals = EstimateStatus.INVALID, (), ()
     windows = {
         length: _window(length, snapshots, intervals, now, status, config, prior)
         for length in config.windows_s
@@ -464,4 +472,14 @@ def observe(
         source=source,
         windows=[w.observation for w in windows.values()],
         prediction=_prediction(windows[config.prediction_window_s], config, configured_k, prior),
+        problems=list(problems),
     )
+
+
+def _problems(
+    snapshots: Sequence[Snapshot], intervals: Sequence[Interval], since: float, one_engine: bool
+) -> tuple[str, ...]:
+    """The impossible readings after ``since``, each named once."""
+    found = [p for s in snapshots if s.timestamp > since for p in s.problems]
+    found += interval_problems([i for i in intervals if i.start > since], one_engine)
+    return tuple(dict.fromkeys(found))

@@ -5,7 +5,7 @@ service); an :class:`Interval` is the increase between two snapshots. A counter 
 down means the engine restarted: like Prometheus's ``increase()``, the interval then
 counts the new value from zero, and it is marked ``reset`` so that wall-time based
 estimates skip it. NaN and infinite values are dropped, so a broken series reads as
-missing instead of poisoning a sum.
+missing instead of poisoning a sum, and every impossible value is kept as a problem.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from specops.observation._names import (
     Hist,
 )
 from specops.observation._series import Reading
+from specops.observation._validity import reading_problems
 
 __all__ = [
     "Histogram",
@@ -87,6 +88,8 @@ class Snapshot:
     accepted_per_position: tuple[float, ...] = ()
     histograms: Mapping[Hist, Histogram] = field(default_factory=dict)
     gauges: Mapping[Gauge, float] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    """Values no engine reports (negative, NaN, a usage above 1), as messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,7 @@ def snapshot_from_reading(reading: Reading) -> Snapshot:
         accepted_per_position=tuple(per_position[p] for p in positions) if contiguous else (),
         histograms=histograms,
         gauges=gauges,
+        problems=reading_problems(reading),
     )
 
 
