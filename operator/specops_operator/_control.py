@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from prometheus_client import Gauge
@@ -47,11 +48,12 @@ from specops.render import (
     HASH_ANNOTATION,
     RenderOptions,
     apply_defaults,
+    config_allowed,
     data_parallel_size,
     performance_profile,
     plan,
     selector_labels,
-    spec_config,
+    speculation_in_force,
     speculative_config_status,
 )
 from specops_operator._fetch import Fetched, ObservationSource, ready_pods
@@ -353,7 +355,7 @@ def plan_tick(
         kv_capacity_tokens=profile.kv_capacity(spec.speculation.method) if profile else None,
         default_context_tokens=default_context_tokens,
     )
-    state = restore_state(status.controller, in_force)
+    state = restore_state(status.controller, in_force, partial(config_allowed, spec))
     decision = decide(
         state, window.control_input, _service_model(spec, profile), control_settings(spec), now
     )
@@ -413,7 +415,7 @@ async def control_tick(
         await options.source.sample(namespace, name, spec)
         return _next_tick(due_in, options.source.sampling_interval(spec))
     fetched, pods_ready = await _measure(kube, namespace, name, service, spec, options, render)
-    in_force = spec_config(service.status.speculative_config)
+    in_force = speculation_in_force(spec, service.status.speculative_config)
     tick = plan_tick(
         body,
         service.status,
@@ -434,7 +436,7 @@ async def control_tick(
             kube,
             patched,
             render,
-            lambda reason, message: post_event(patched, "Normal", reason, message),
+            lambda type_, reason, message: post_event(patched, type_, reason, message),
         )
     return _next_tick(
         _wait(parse_service(patched), options, options.clock()),

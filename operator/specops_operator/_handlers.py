@@ -56,9 +56,7 @@ def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
             memo.kube,
             body,
             memo.options,
-            lambda reason, message: kopf.info(
-                cast(kopf.Body, body), reason=reason, message=message
-            ),
+            lambda type_, reason, message: _post(body, type_, reason, message),
         )
     except SpecValidationError as exc:
         RECONCILES.labels("error").inc()

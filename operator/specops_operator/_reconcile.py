@@ -107,7 +107,7 @@ def reconcile(
     kube: Kube,
     body: Mapping[str, Any],
     options: RenderOptions,
-    post_event: Callable[[str, str], None],
+    post_event: Callable[[str, str, str], None],
     now: datetime | None = None,
 ) -> Outcome:
     """Bring the children of one SpeculativeService to their rendered state; patch its status."""
@@ -133,11 +133,13 @@ def _reconcile(
     service: SpeculativeService,
     body: Mapping[str, Any],
     options: RenderOptions,
-    post_event: Callable[[str, str], None],
+    post_event: Callable[[str, str, str], None],
     now: datetime | None,
 ) -> Outcome:
     """One reconciliation, run while holding the service's turn."""
     wanted = plan(service, replace(options, pod_monitor=kube.has_api_group(PODMONITOR_GROUP)))
+    if wanted.refused is not None:
+        post_event("Warning", "StatusRefused", wanted.refused)
     children = copy.deepcopy(list(wanted.objects))
     kopf.adopt(children, owner=cast(kopf.Body, dict(body)))
     writes = []
@@ -148,7 +150,7 @@ def _reconcile(
             name = child["metadata"]["name"]
             writes.append(ChildWrite(child["kind"], name, action))
             CHILD_WRITES.labels(child["kind"], action).inc()
-            post_event(action.capitalize(), f"{child['kind']} {name} {action}")
+            post_event("Normal", action.capitalize(), f"{child['kind']} {name} {action}")
         if child["kind"] == "Deployment":
             deployment = live
     status = desired_status(service, wanted, deployment, now or datetime.now(UTC))

@@ -7,6 +7,7 @@ knows the load regime. Pure: models in, models out; times are RFC 3339 on the ob
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -18,6 +19,7 @@ from specops.api import (
     StepTimeEvidence,
 )
 from specops.control import ControllerState, Regime, Rollout
+from specops.errors import SpecValidationError
 from specops.policy import AcceptanceCurve, BatchDistribution, CostEvidence, SpecConfig
 from specops.render import spec_config, speculation_choice
 
@@ -138,17 +140,36 @@ def save_state(state: ControllerState) -> ControllerStatus:
     )
 
 
-def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> ControllerState:
+def restore_state(
+    saved: ControllerStatus | None,
+    in_force: SpecConfig,
+    allowed: Callable[[SpecConfig], bool],
+) -> ControllerState:
     """The state saved in status, held to the config the pods are rendered with.
 
     When the saved config is not the one in force (the spec was edited, the mode
     changed, or nothing was saved yet), the controller starts over from the config in
     force and keeps only what it measured: acceptance, regime, step times, rollout history.
+    Status is anyone's to edit: a saved state that does not parse starts over, and configs
+    the spec does not allow (``allowed``) are never rolled back or forward to.
     """
     if saved is None:
         return ControllerState.initial(in_force)
+    try:
+        state = _restored(saved)
+    except (SpecValidationError, ValueError):
+        return ControllerState.initial(in_force)
+    configs = [state.config, state.last_good]
+    if state.rollout is not None:
+        configs += [state.rollout.target, state.rollout.previous]
+    if state.config == in_force and all(allowed(c) for c in configs):
+        return state
+    return replace(state, config=in_force, last_good=in_force, rollout=None)
+
+
+def _restored(saved: ControllerStatus) -> ControllerState:
     regime = saved.regime
-    state = ControllerState(
+    return ControllerState(
         config=spec_config(saved.config),
         last_good=spec_config(saved.last_good),
         rollout=Rollout(
@@ -178,6 +199,3 @@ def restore_state(saved: ControllerStatus | None, in_force: SpecConfig) -> Contr
         cost_evidence=_evidence(saved.step_time_evidence),
         regime_lengths=tuple(saved.regime_lengths_seconds),
     )
-    if state.config == in_force:
-        return state
-    return replace(state, config=in_force, last_good=in_force, rollout=None)

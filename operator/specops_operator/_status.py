@@ -101,11 +101,8 @@ def desired_status(
     old_conditions = (
         [c.model_dump(by_alias=True, exclude_none=True) for c in old.conditions] if old else []
     )
-    previous_config = old.speculative_config if old else None
-    if plan.source == "Controller" and previous_config is not None:
-        config = previous_config
-    else:
-        config = speculative_config_status(plan.spec, plan.speculation, "Spec")
+    # What the pods are rendered with, rebuilt from the spec: never status's own text.
+    config = speculative_config_status(plan.spec, plan.speculation, plan.source)
     conditions = _deployment_conditions(deployment, plan.spec.replicas)
     conditions.append(_speculation_condition(config))
     metrics = next((c for c in old_conditions if c["type"] == "MetricsAvailable"), None)

@@ -21,7 +21,8 @@ from specops.render._objects import (
 )
 from specops.render._plan import Plan, plan
 from specops.render._speculation import (
-    controller_choice_applies,
+    config_allowed,
+    controller_choice,
     data_parallel_size,
     spec_config,
     speculation_choice,
@@ -43,7 +44,8 @@ __all__ = [
     "RenderOptions",
     "apply_defaults",
     "child_labels",
-    "controller_choice_applies",
+    "config_allowed",
+    "controller_choice",
     "data_parallel_size",
     "engine_shutdown_timeout",
     "performance_profile",

@@ -9,7 +9,7 @@ from specops.api import SpeculativeService, SpeculativeServiceSpec
 from specops.policy import SpecConfig
 from specops.render._defaults import apply_defaults
 from specops.render._objects import RenderOptions, render_objects
-from specops.render._speculation import controller_choice_applies, speculation_in_force
+from specops.render._speculation import controller_choice, speculation_from_spec
 
 __all__ = ["Plan", "plan"]
 
@@ -22,16 +22,17 @@ class Plan:
     speculation: SpecConfig
     source: Literal["Spec", "Controller"]
     objects: tuple[dict[str, Any], ...]
+    refused: str | None = None
+    """Why the controller's choice recorded in status was not used (a hand edit), if so."""
 
 
 def plan(service: SpeculativeService, options: RenderOptions) -> Plan:
     """Apply defaults, pick the speculation in force (status first, else spec), render."""
     spec = apply_defaults(service.spec)
     status_config = service.status.speculative_config if service.status else None
-    speculation = speculation_in_force(spec, status_config)
-    source: Literal["Spec", "Controller"] = (
-        "Controller" if controller_choice_applies(spec, status_config) else "Spec"
-    )
+    chosen, refused = controller_choice(spec, status_config)
+    speculation = chosen if chosen is not None else speculation_from_spec(spec)
+    source: Literal["Spec", "Controller"] = "Controller" if chosen is not None else "Spec"
     name, namespace = service.metadata.name, service.metadata.namespace
     objects = render_objects(name, namespace, spec, speculation, options)
-    return Plan(spec=spec, speculation=speculation, source=source, objects=tuple(objects))
+    return Plan(spec, speculation, source, tuple(objects), refused)

@@ -4,8 +4,8 @@ In memory a speculation is a :class:`~specops.policy.SpecConfig` (k and the opti
 per-batch-size table; k = 0 is off); the draft model, the method and the other keys of
 vLLM's ``--speculative-config`` come from the spec. It is an explicit render input, so the
 renderer never decides policy. :func:`speculation_in_force` picks the controller's choice
-stored in ``status.speculativeConfig`` when it is still valid for the spec, and the spec's
-own starting point otherwise.
+stored in ``status.speculativeConfig`` when it is still valid for the spec and within its
+bounds (:func:`controller_choice` says why not), and the spec's own starting point otherwise.
 
 The API keeps a speculation in two forms: ``SpeculationChoice`` (k and the table, in the
 controller's saved state) and ``SpeculativeConfigStatus`` (the same plus what the spec adds
@@ -31,7 +31,8 @@ from specops.policy import ScheduleRange, SpecConfig
 from specops.vllm import SpeculativeConfig, flag_value
 
 __all__ = [
-    "controller_choice_applies",
+    "config_allowed",
+    "controller_choice",
     "data_parallel_size",
     "spec_config",
     "speculation_choice",
@@ -129,7 +130,7 @@ def spec_config(recorded: SpeculationChoice | SpeculativeConfigStatus) -> SpecCo
     return _config(recorded.num_speculative_tokens, recorded.schedule)
 
 
-def controller_choice_applies(
+def _controller_choice_applies(
     spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
 ) -> bool:
     """A controller's choice holds in mode Auto while the spec it was made for is unchanged."""
@@ -141,13 +142,60 @@ def controller_choice_applies(
     )
 
 
+def _outside_spec(spec: SpeculativeServiceSpec, config: SpecConfig) -> str | None:
+    """Why the spec does not allow ``config``, or None when it does."""
+    if config.is_off:
+        return None
+    tokens = spec.speculation.num_speculative_tokens
+    k = config.num_speculative_tokens
+    if not tokens.min <= k <= tokens.max:
+        return (
+            f"k={k} is outside spec.speculation.numSpeculativeTokens "
+            f"(min {tokens.min}, max {tokens.max})"
+        )
+    if config.per_batch_size and (
+        not spec.speculation.per_batch_size_schedule or data_parallel_size(spec) != 1
+    ):
+        return "it has a per-batch-size table, which the spec does not allow"
+    return None
+
+
+def controller_choice(
+    spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
+) -> tuple[SpecConfig | None, str | None]:
+    """The controller's choice recorded in status, when it applies and the spec allows it.
+
+    Status can be written by anyone allowed to patch it, so the choice is checked against
+    the spec's bounds on every read. The second value says why a recorded choice that
+    claims to apply was refused (None when there is none, or it holds).
+    """
+    if status is None or not _controller_choice_applies(spec, status):
+        return None, None
+    try:
+        config = spec_config(status)
+    except SpecValidationError as exc:
+        problem: str | None = str(exc)
+    else:
+        problem = _outside_spec(spec, config)
+        if problem is None:
+            return config, None
+    return None, (
+        f"status.speculativeConfig was not written by this operator for this spec ({problem}); "
+        "the pods run the spec's starting point instead"
+    )
+
+
 def speculation_in_force(
     spec: SpeculativeServiceSpec, status: SpeculativeConfigStatus | None
 ) -> SpecConfig:
     """The controller's choice from status when it applies, else the spec's starting point."""
-    if status is not None and controller_choice_applies(spec, status):
-        return spec_config(status)
-    return speculation_from_spec(spec)
+    chosen, _ = controller_choice(spec, status)
+    return chosen if chosen is not None else speculation_from_spec(spec)
+
+
+def config_allowed(spec: SpeculativeServiceSpec, config: SpecConfig) -> bool:
+    """Whether the spec allows the pods to run ``config`` (saved state is checked with it)."""
+    return _outside_spec(spec, config) is None
 
 
 def vllm_speculative_config(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -15,7 +16,9 @@ from specops_operator import Kube
 from specops_operator._reconcile import _apply, reconcile
 
 from specops.api import parse_service
-from specops.render import HASH_ANNOTATION, RenderOptions, plan
+from specops.demo import engine_config
+from specops.policy import SpecConfig
+from specops.render import HASH_ANNOTATION, RenderOptions, plan, speculative_config_status
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 Obj = dict[str, Any]
@@ -147,6 +150,7 @@ class _Cluster:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], Obj] = {}
         self.applies: list[str] = []
+        self.status_patches: list[Obj] = []
         self.guard = threading.Lock()
 
     @staticmethod
@@ -170,6 +174,7 @@ class _Cluster:
         return False
 
     def patch_status(self, service: Obj, status: Obj) -> Obj:
+        self.status_patches.append(status)
         return service
 
 
@@ -184,7 +189,7 @@ def test_reconciliations_of_one_service_take_turns() -> None:
 
     def run() -> None:
         together.wait()
-        reconcile(cast(Kube, cluster), body, RenderOptions(), lambda r, m: events.append(m))
+        reconcile(cast(Kube, cluster), body, RenderOptions(), lambda t, r, m: events.append(m))
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for thread in threads:
@@ -197,3 +202,31 @@ def test_reconciliations_of_one_service_take_turns() -> None:
         "PodDisruptionBudget llama-pdb created",
         "Service llama created",
     ]
+
+
+def test_a_hand_edited_status_is_refused_with_a_warning_and_the_spec_is_rendered() -> None:
+    """status.speculativeConfig claiming the controller chose k=20 with another draft model
+    (the spec allows 1-5 and names its own) renders the spec's starting point instead."""
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"].update(namespace="ml", uid="uid-llama-1")
+    spec = plan(parse_service(body), RenderOptions()).spec
+    honest = speculative_config_status(spec, SpecConfig.static(4), "Controller")
+    forged = honest.model_dump(by_alias=True, mode="json") | {
+        "numSpeculativeTokens": 20,
+        "draftModel": "attacker/evil-draft",
+        "json": json.dumps({"model": "attacker/evil-draft", "num_speculative_tokens": 20}),
+    }
+    body["status"] = {"speculativeConfig": forged}
+    cluster = _Cluster()
+    events: list[tuple[str, str, str]] = []
+    reconcile(cast(Kube, cluster), body, RenderOptions(), lambda *e: events.append(e))
+    deployment = cluster.objects[("Deployment", "llama")]
+    engine = json.loads(engine_config(deployment) or "")
+    assert engine["num_speculative_tokens"] == 3  # the spec's initial k
+    assert engine["model"] == spec.speculation.draft_model
+    ((kind, _, message),) = [e for e in events if e[1] == "StatusRefused"]
+    assert kind == "Warning"
+    assert "k=20 is outside spec.speculation.numSpeculativeTokens (min 1, max 5)" in message
+    written = cluster.status_patches[-1]["speculativeConfig"]
+    assert written["numSpeculativeTokens"] == 3 and written["source"] == "Spec"
+    assert "evil" not in json.dumps(written)

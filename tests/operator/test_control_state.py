@@ -86,11 +86,15 @@ def _full_state() -> ControllerState:
     )
 
 
+def _any(_: SpecConfig) -> bool:
+    return True
+
+
 def test_the_state_survives_status_and_json() -> None:
     state = _full_state()
     saved = save_state(state)
     wire = saved.model_dump(by_alias=True, mode="json")
-    restored = restore_state(ControllerStatus.model_validate(wire), TABLE)
+    restored = restore_state(ControllerStatus.model_validate(wire), TABLE, _any)
     assert restored.regime is not None and state.regime is not None
     assert dict(restored.regime.load.weights) == pytest.approx(dict(state.regime.load.weights))
     assert restored.regime.load.samples == 50
@@ -105,12 +109,12 @@ def test_the_state_survives_status_and_json() -> None:
 
 def test_a_state_for_another_config_restarts_from_the_spec_config() -> None:
     state = _full_state()
-    restored = restore_state(save_state(state), SpecConfig.static(2))
+    restored = restore_state(save_state(state), SpecConfig.static(2), _any)
     assert restored.config == restored.last_good == SpecConfig.static(2)
     assert restored.rollout is None
     assert restored.changes == state.changes  # the hourly cap still counts them
     assert restored.acceptance == state.acceptance
-    assert restore_state(None, SpecConfig.off()) == ControllerState.initial(SpecConfig.off())
+    assert restore_state(None, SpecConfig.off(), _any) == ControllerState.initial(SpecConfig.off())
 
 
 def test_the_config_in_force_is_read_from_status() -> None:
@@ -265,3 +269,20 @@ def test_a_repeated_decision_posts_once_and_a_new_recommendation_posts_again() -
     earlier = {**first.patch["lastDecision"], "recommended": other.model_dump(by_alias=True)}
     moved = tick({"speculativeConfig": config, "lastDecision": earlier})
     assert moved.event is not None and moved.event[1] == "Withhold"
+
+
+def test_a_saved_state_outside_the_spec_starts_over_from_the_config_in_force() -> None:
+    state = _full_state()  # last_good k=3, a rollout from k=3 to TABLE (cap 5)
+    only_small = lambda config: config.num_speculative_tokens <= 3  # noqa: E731
+    restored = restore_state(save_state(state), TABLE, only_small)
+    assert restored.config == restored.last_good == TABLE and restored.rollout is None
+    assert restored.acceptance == state.acceptance  # what was measured stays
+
+
+def test_a_saved_state_that_does_not_parse_starts_over() -> None:
+    wire = save_state(_full_state()).model_dump(by_alias=True, mode="json")
+    wire["lastGood"]["schedule"] = [
+        {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 9}  # beyond its cap 3
+    ]
+    restored = restore_state(ControllerStatus.model_validate(wire), TABLE, _any)
+    assert restored == ControllerState.initial(TABLE)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from specops.api import SpeculativeConfigStatus, parse_service, parse_spec
+from specops.api import BatchSizeRange, SpeculativeConfigStatus, parse_service, parse_spec
 from specops.cli import main
 from specops.errors import SpecValidationError
 from specops.podrunner import container_env, expand, parse_pod
@@ -21,6 +21,7 @@ from specops.render import (
     PRE_STOP_SLEEP_SECONDS,
     RenderOptions,
     apply_defaults,
+    controller_choice,
     data_parallel_size,
     plan,
     render_objects,
@@ -215,12 +216,13 @@ def test_rendering_is_deterministic_pure_and_hashed() -> None:
 
 
 def test_controller_choice_in_status_is_rendered_until_the_spec_changes() -> None:
-    spec = apply_defaults(parse_spec(SPEC))
+    tables = {**SPEC["speculation"], "perBatchSizeSchedule": True}
+    spec = apply_defaults(parse_spec({**SPEC, "speculation": tables}))
     chosen = SpecConfig.table([[1, 32, 4], [33, 256, 0]], cap=4)
     status = speculative_config_status(spec, chosen, "Controller")
     assert json.loads(status.json_ or "")["num_speculative_tokens"] == 4
     assert speculation_in_force(spec, status) == chosen
-    edited = parse_spec({**SPEC, "speculation": {**SPEC["speculation"], "mode": "Fixed"}})
+    edited = parse_spec({**SPEC, "speculation": {**tables, "mode": "Fixed"}})
     assert speculation_in_force(edited, status) == speculation_from_spec(edited)
     stale = status.model_copy(update={"spec_hash": "0" * 16})
     assert speculation_in_force(spec, stale) == speculation_from_spec(spec)
@@ -235,6 +237,25 @@ def test_controller_choice_in_status_is_rendered_until_the_spec_changes() -> Non
         spec_config(status.model_copy(update={"num_speculative_tokens": 3}))
     with pytest.raises(SpecValidationError):
         spec_config(SpeculativeConfigStatus(enabled=True))
+
+
+def test_a_recorded_choice_the_spec_does_not_allow_is_refused_and_says_why() -> None:
+    spec = apply_defaults(parse_spec(SPEC))  # k 1-5, no per-batch-size table
+    honest = speculative_config_status(spec, SpecConfig.static(4), "Controller")
+    assert controller_choice(spec, honest) == (SpecConfig.static(4), None)
+    assert controller_choice(spec, None) == (None, None)
+    too_many = honest.model_copy(update={"num_speculative_tokens": 20})
+    chosen, why = controller_choice(spec, too_many)
+    assert chosen is None and why is not None
+    assert "k=20 is outside spec.speculation.numSpeculativeTokens (min 1, max 5)" in why
+    assert speculation_in_force(spec, too_many) == speculation_from_spec(spec)
+    row = BatchSizeRange(min_batch_size=1, max_batch_size=8, num_speculative_tokens=2)
+    table = honest.model_copy(update={"schedule": [row]})
+    refused = controller_choice(spec, table)[1] or ""
+    assert "per-batch-size table, which the spec does not allow" in refused
+    broken = honest.model_copy(update={"num_speculative_tokens": 0})  # on, with no k
+    chosen, why = controller_choice(spec, broken)
+    assert chosen is None and "needs num_speculative_tokens >= 1" in (why or "")
 
 
 def test_plan_reads_the_status_of_a_whole_object() -> None:
