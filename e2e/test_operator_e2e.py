@@ -810,6 +810,52 @@ def test_operator_killed_mid_rollout_converges_after_restart(
     assert len(_pods(api_client, namespace)) == 3
 
 
+def test_a_forged_status_choice_is_refused_with_a_warning_and_rewritten(
+    rollout: Callable[[], None],
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    namespace: str,
+    wait: Wait,
+) -> None:
+    """Anyone who may patch status could claim the controller chose k=20 with another draft
+    model (the spec allows 1-5): the pods keep the spec's config and a Warning names why."""
+    rollout()
+    recorded = _service(api_client, namespace)["status"]["speculativeConfig"]
+    forged = {
+        **recorded,
+        "source": "Controller",
+        "numSpeculativeTokens": 20,
+        "schedule": None,
+        "draftModel": "attacker/evil-draft",
+        "json": json.dumps({"model": "attacker/evil-draft", "num_speculative_tokens": 20}),
+    }
+    patch = json.dumps({"status": {"speculativeConfig": forged}})
+    kubectl(
+        "patch", "specsvc", NAME, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", patch,
+    )  # fmt: skip
+    core = client.CoreV1Api(api_client)
+
+    def refused() -> list[str]:
+        events = core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={NAME},reason=StatusRefused"
+        ).items
+        return [f"{e.type}: {e.message}" for e in events]
+
+    wait(lambda: bool(refused()), "a StatusRefused event for the forged status")
+    (message,) = refused()
+    assert message.startswith("Warning: ") and "k=20 is outside" in message, message
+    wait(
+        lambda: _service(api_client, namespace)["status"]["speculativeConfig"]["source"] == "Spec",
+        "status rewritten from the spec",
+    )
+    rewritten = _service(api_client, namespace)["status"]["speculativeConfig"]
+    assert "evil" not in json.dumps(rewritten)
+    engine = _speculative_config(_engine_args(_deployment(api_client, namespace)))
+    assert 1 <= engine["num_speculative_tokens"] <= 5
+    assert engine["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
 # -- 6: deletion cascades ---------------------------------------------------------------
 
 
