@@ -810,6 +810,62 @@ def test_operator_killed_mid_rollout_converges_after_restart(
     assert len(_pods(api_client, namespace)) == 3
 
 
+def test_a_users_service_with_the_name_is_not_taken_over(
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+) -> None:
+    """A Service the user made under the SpeculativeService's name keeps its selector and
+    outlives the SpeculativeService; once the user deletes it, the operator makes its own."""
+    core = client.CoreV1Api(api_client)
+    users = client.V1Service(
+        metadata=client.V1ObjectMeta(name=NAME),
+        spec=client.V1ServiceSpec(
+            selector={"app": "web"}, ports=[client.V1ServicePort(port=80, target_port=8080)]
+        ),
+    )
+    core.create_namespaced_service(namespace, users)
+    apply(kubectl, tmp_path, example(namespace))
+
+    def warnings() -> list[str]:
+        found = core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={NAME},reason=NameTaken"
+        ).items
+        return [f"{e.type}: {e.message}" for e in found]
+
+    wait(lambda: bool(warnings()), "a NameTaken Warning for the user's Service")
+    assert warnings()[0].startswith(f"Warning: Service {namespace}/{NAME} already exists")
+    wait(
+        lambda: any(
+            c["reason"] == "NameTaken"
+            for c in _service(api_client, namespace).get("status", {}).get("conditions", [])
+        ),
+        "a Degraded condition naming the Service",
+    )
+    kept = plain(api_client, core.read_namespaced_service(NAME, namespace))
+    assert kept["spec"]["selector"] == {"app": "web"}
+    assert not kept["metadata"].get("ownerReferences")
+    core.delete_namespaced_service(NAME, namespace)
+    wait(
+        lambda: bool(
+            (s := _try_read_service(core, namespace)) is not None and s.metadata.owner_references
+        ),
+        "the operator's own Service once the user's is gone",
+    )
+
+
+def _try_read_service(core: client.CoreV1Api, namespace: str) -> Any:
+    try:
+        return core.read_namespaced_service(NAME, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def test_a_forged_status_choice_is_refused_with_a_warning_and_rewritten(
     rollout: Callable[[], None],
     api_client: client.ApiClient,

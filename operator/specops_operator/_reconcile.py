@@ -27,7 +27,15 @@ from specops_operator._kube import Kube
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._status import desired_status
 
-__all__ = ["ChildWrite", "Outcome", "covers", "forget_turn", "reconcile"]
+__all__ = [
+    "ChildWrite",
+    "Outcome",
+    "covers",
+    "foreign_child",
+    "forget_turn",
+    "owned_by",
+    "reconcile",
+]
 
 Obj = dict[str, Any]
 PODMONITOR_GROUP = "monitoring.coreos.com"
@@ -81,7 +89,24 @@ def _projection(shape: Any, obj: Any) -> Any:
     return obj
 
 
-def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
+def owned_by(obj: Mapping[str, Any], uid: str | None) -> bool:
+    """Whether ``obj`` names the SpeculativeService with ``uid`` as its controller."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return uid is not None and any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def foreign_child(live: Mapping[str, Any]) -> str:
+    """The message for a child's name taken by an object that is not the service's."""
+    meta = live.get("metadata", {})
+    owners = [f"{r.get('kind')} {r.get('name')}" for r in meta.get("ownerReferences") or []]
+    held = f"owned by {', '.join(owners)}" if owners else "not owned by this SpeculativeService"
+    return (
+        f"{live.get('kind')} {meta.get('namespace')}/{meta.get('name')} already exists, {held}; "
+        "it is left as it is: rename or delete it and the operator creates its own"
+    )
+
+
+def _apply(kube: Kube, desired: Obj, live: Obj | None) -> tuple[str | None, Obj]:
     """Server-side apply one child unless it already matches; what changed, and the live object.
 
     An unchanged render that the live object covers costs one GET. Otherwise the apply decides:
@@ -89,9 +114,8 @@ def _apply(kube: Kube, desired: Obj) -> tuple[str | None, Obj]:
     When the live object differs only by what other managers added (an entry in a list the
     operator renders, which ``covers`` counts as a difference), the apply changes none of the
     rendered fields and nothing is reported; what others wrote meanwhile (the Deployment
-    controller's revision annotation, status) is not compared.
+    controller's revision annotation, status) is not compared. ``live`` is the object as read.
     """
-    live = kube.get(desired)
     if live is not None and _hash(live) == _hash(desired) and covers(desired, live):
         return None, live
     applied = kube.apply(desired)
@@ -143,9 +167,14 @@ def _reconcile(
     children = copy.deepcopy(list(wanted.objects))
     kopf.adopt(children, owner=cast(kopf.Body, dict(body)))
     writes = []
+    foreign: list[str] = []
     deployment: Obj | None = None
     for child in children:
-        action, live = _apply(kube, child)
+        found = kube.get(child)
+        if found is not None and not owned_by(found, service.metadata.uid):
+            foreign.append(foreign_child(found))  # never adopt or overwrite it
+            continue
+        action, live = _apply(kube, child, found)
         if action is not None:
             name = child["metadata"]["name"]
             writes.append(ChildWrite(child["kind"], name, action))
@@ -153,12 +182,27 @@ def _reconcile(
             post_event("Normal", action.capitalize(), f"{child['kind']} {name} {action}")
         if child["kind"] == "Deployment":
             deployment = live
-    status = desired_status(service, wanted, deployment, now or datetime.now(UTC))
+    status = desired_status(service, wanted, deployment, now or datetime.now(UTC), foreign)
+    if foreign and _newly_foreign(body, status):
+        for message in foreign:
+            post_event("Warning", "NameTaken", message)
     current = body.get("status") or {}
     status_written = not covers(_without_times(status), _without_times(current))
     if status_written:
         kube.patch_status(dict(body), _merge_patch(status, current))
     return Outcome(tuple(writes), status_written)
+
+
+def _newly_foreign(body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether the NameTaken condition is new or names other objects: warn once per
+    conflict, not at every resync."""
+
+    def taken(conditions: Any) -> Any:
+        found = [c for c in conditions or [] if c.get("reason") == "NameTaken"]
+        return found[0].get("message") if found else None
+
+    before = taken((body.get("status") or {}).get("conditions"))
+    return bool(before != taken(status.get("conditions")))
 
 
 def _merge_patch(desired: Mapping[str, Any], current: Mapping[str, Any]) -> Obj:

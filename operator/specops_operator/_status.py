@@ -95,8 +95,12 @@ def desired_status(
     plan: Plan,
     deployment: Mapping[str, Any] | None,
     now: datetime,
+    foreign: Sequence[str] = (),
 ) -> Obj:
-    """The status fields the operator owns; lastMeasurements and lastDecision are left alone."""
+    """The status fields the operator owns; lastMeasurements and lastDecision are left alone.
+
+    ``foreign`` names the children whose names objects the service does not own have taken.
+    """
     old = service.status
     old_conditions = (
         [c.model_dump(by_alias=True, exclude_none=True) for c in old.conditions] if old else []
@@ -104,6 +108,9 @@ def desired_status(
     # What the pods are rendered with, rebuilt from the spec: never status's own text.
     config = speculative_config_status(plan.spec, plan.speculation, plan.source)
     conditions = _deployment_conditions(deployment, plan.spec.replicas)
+    if foreign:  # a child the service cannot have degrades it, whatever the Deployment says
+        conditions = [c for c in conditions if c["type"] != "Degraded"]
+        conditions.append(_condition("Degraded", "True", "NameTaken", "; ".join(foreign)))
     conditions.append(_speculation_condition(config))
     metrics = next((c for c in old_conditions if c["type"] == "MetricsAvailable"), None)
     conditions.append(

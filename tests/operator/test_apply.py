@@ -75,7 +75,8 @@ def _engine(obj: Obj) -> Obj:
 
 
 def _run(server: _Server, desired: Obj) -> str | None:
-    action, live = _apply(cast(Kube, server), desired)
+    kube = cast(Kube, server)
+    action, live = _apply(kube, desired, kube.get(desired))
     assert live == server.live
     return action
 
@@ -230,3 +231,39 @@ def test_a_hand_edited_status_is_refused_with_a_warning_and_the_spec_is_rendered
     written = cluster.status_patches[-1]["speculativeConfig"]
     assert written["numSpeculativeTokens"] == 3 and written["source"] == "Spec"
     assert "evil" not in json.dumps(written)
+
+
+def test_a_users_object_with_a_childs_name_is_never_adopted_and_is_warned_about_once() -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"].update(namespace="ml", uid="uid-llama-1")
+    cluster = _Cluster()
+    users = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llama", "namespace": "ml"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    cluster.objects[("Service", "llama")] = copy.deepcopy(users)
+    events: list[tuple[str, str, str]] = []
+    reconcile(cast(Kube, cluster), body, RenderOptions(), lambda *e: events.append(e))
+    assert cluster.objects[("Service", "llama")] == users  # untouched, not adopted
+    assert sorted(cluster.applies) == ["Deployment", "PodDisruptionBudget"]
+    taken = [e for e in events if e[1] == "NameTaken"]
+    assert [e[0] for e in taken] == ["Warning"]
+    assert "Service ml/llama already exists, not owned by this SpeculativeService" in taken[0][2]
+    status = cluster.status_patches[-1]
+    (degraded,) = [c for c in status["conditions"] if c["type"] == "Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "NameTaken")
+    assert "rename or delete it" in degraded["message"]
+
+    body["status"] = status  # the next resync: the conflict is known, no second Warning
+    events.clear()
+    reconcile(cast(Kube, cluster), body, RenderOptions(), lambda *e: events.append(e))
+    assert not [e for e in events if e[1] == "NameTaken"]
+
+    del cluster.objects[("Service", "llama")]  # the user removes theirs: ours is created
+    reconcile(cast(Kube, cluster), body, RenderOptions(), lambda *e: events.append(e))
+    ours = cluster.objects[("Service", "llama")]
+    assert ours["metadata"]["ownerReferences"][0]["uid"] == "uid-llama-1"
+    conditions = cluster.status_patches[-1]["conditions"]
+    assert not [c for c in conditions if c["reason"] == "NameTaken"]
