@@ -542,6 +542,24 @@ def test_bad_resources_are_refused_by_the_api_server_naming_the_field(
         assert message in errors[name], errors[name]
 
 
+def test_names_no_child_can_carry_are_refused_by_the_api_server(
+    release: Obj, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """A dot (no Service can carry it) or 64 characters (a label value's limit) is refused
+    at the API server with the rule's message, not left to retry in the operator."""
+    names = ["llama.v2", "l" * 64]
+    good = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    path = tmp_path / "names.yaml"
+    path.write_text(yaml.safe_dump_all([_bad_document(name, good) for name in names]))
+    result = kubectl("apply", "--dry-run=server", "-f", str(path), check=False)
+    assert result.returncode != 0 and result.stdout.strip() == "", result.stdout
+    for name in names:
+        line = next(
+            (x for x in result.stderr.splitlines() if f'"{name}" is invalid' in x), result.stderr
+        )
+        assert "metadata.name must be at most 63 lowercase letters" in line, line
+
+
 def test_unknown_fields_are_refused_by_strict_field_validation(
     release: Obj, kubectl: Kubectl, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ import yaml
 from specops.api._models import (
     GROUP,
     KIND,
+    NAME_RULE,
     PLURAL,
     VERSION,
     SpeculativeServiceSpec,
@@ -169,6 +170,7 @@ def _root_schema() -> dict[str, Any]:
         ),
         "required": ["spec"],
         "properties": properties,
+        "x-kubernetes-validations": [NAME_RULE.to_crd()],
     }
 
 

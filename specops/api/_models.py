@@ -7,9 +7,10 @@ the CEL rules the API server enforces.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from specops.api._rules import CrdModel, Rule
 from specops.control import ControlSettings
@@ -907,7 +908,7 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    name: DnsName
+    name: Name  # its form is the root's NAME_RULE, which says what to fix
     namespace: DnsName = "default"
     uid: str | None = None
     generation: int | None = None
@@ -915,10 +916,33 @@ class ObjectMeta(BaseModel):
     annotations: dict[str, str] = {}
 
 
+_DNS_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# The root's one rule (CEL sees metadata.name there): the name becomes a Service's name and
+# a label value on every child and pod, so it must be a DNS-1035 label.
+NAME_RULE = Rule(
+    cel=f"self.metadata.name.size() <= 63 && self.metadata.name.matches('{_DNS_LABEL}')",
+    message=(
+        "metadata.name must be at most 63 lowercase letters, digits and '-', starting with a "
+        "letter and ending with a letter or digit (no dots): the operator names the Service "
+        "after it and labels every pod with it"
+    ),
+    holds=lambda service: (
+        len(service.metadata.name) <= 63
+        and re.fullmatch(_DNS_LABEL, service.metadata.name) is not None
+    ),
+)
+
+
 class SpeculativeService(BaseModel):
     """A whole SpeculativeService object, as read from a manifest or the API server."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _check_name(self) -> SpeculativeService:
+        if not NAME_RULE.holds(self):
+            raise ValueError(NAME_RULE.message)
+        return self
 
     api_version: Literal["specops.io/v1alpha1"] = Field(
         default="specops.io/v1alpha1", alias="apiVersion"

@@ -425,3 +425,26 @@ def test_a_whole_manifest_is_checked_too() -> None:
         parse_service({"kind": "Deployment"})
     with pytest.raises(SpecValidationError, match=r"^metadata.name: Field required"):
         parse_service({"kind": "SpeculativeService", "metadata": {}, "spec": GOOD})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama.v2",  # no Service can carry a dot
+        "a" * 64,  # label values stop at 63
+        "7b-llama",  # a Service's name starts with a letter
+        "llama-",
+    ],
+)
+def test_a_name_no_child_can_carry_is_refused_by_the_model_and_the_api_server(name: str) -> None:
+    manifest = {"kind": "SpeculativeService", "metadata": {"name": name}, "spec": GOOD}
+    with pytest.raises(SpecValidationError, match=r"metadata.name must be at most 63"):
+        parse_service(manifest)
+    root = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    env = celpy.Environment()
+    (rule,) = root["x-kubernetes-validations"]
+    program = env.program(env.compile(rule["rule"]))
+    assert not program.evaluate({"self": celpy.adapter.json_to_cel(manifest)})
+    fine = {**manifest, "metadata": {"name": "llama-3-8b"}}
+    assert program.evaluate({"self": celpy.adapter.json_to_cel(fine)})
+    assert parse_service(fine).metadata.name == "llama-3-8b"
