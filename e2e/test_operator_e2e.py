@@ -457,6 +457,18 @@ BAD: list[tuple[str, Obj, str, str]] = [
         "must not carry flags the operator sets",
     ),
     (
+        "env-sets-hf-home",
+        _changed("engine.env", [{"name": "HF_HOME", "value": "/tmp"}]),
+        "spec.engine.env",
+        "HF_HOME is set by the operator from spec.engine.modelCache.mountPath",
+    ),
+    (
+        "data-parallel-size-not-a-number",
+        _changed("engine.extraArgs", ["--data-parallel-size=abc"]),
+        "spec.engine.extraArgs",
+        "--data-parallel-size takes a whole number of engines",
+    ),
+    (
         "tp-above-gpus",
         _changed("engine.tensorParallelSize", 2),
         "spec.engine.tensorParallelSize",

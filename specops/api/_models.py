@@ -85,6 +85,7 @@ OWNED_FLAGS: tuple[str, ...] = (
 )
 _OWNED_FLAGS_RE = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"
 
+_DP_RE = "^--data-parallel-size=[1-9][0-9]{0,3}$"
 SpeculationMode = Literal["Auto", "Advise", "Fixed", "Off"]
 ConditionType = Literal["Ready", "Progressing", "Degraded", "MetricsAvailable", "SpeculationActive"]
 
@@ -263,6 +264,39 @@ class EngineSpec(CrdModel):
             message="spec.engine.env: variable names must be unique; merge the duplicates",
             holds=lambda e: len({v.name for v in e.env}) == len(e.env),
             field_path=".env",
+        ),
+        Rule(
+            cel=(
+                "!has(self.env) || self.env.all(e, e.name != 'HF_HOME' && "
+                "(e.name != 'HF_TOKEN' || !has(self.hfTokenSecret)))"
+            ),
+            message=(
+                "spec.engine.env: HF_HOME is set by the operator from "
+                "spec.engine.modelCache.mountPath, and HF_TOKEN from spec.engine.hfTokenSecret; "
+                "remove the entry"
+            ),
+            holds=lambda e: (
+                not any(
+                    v.name == "HF_HOME" or (v.name == "HF_TOKEN" and e.hf_token_secret is not None)
+                    for v in e.env
+                )
+            ),
+            field_path=".env",
+        ),
+        Rule(
+            cel=(
+                "!has(self.extraArgs) || self.extraArgs.all(a, "
+                f"!a.startsWith('--data-parallel-size=') || a.matches('{_DP_RE}'))"
+            ),
+            message=(
+                "spec.engine.extraArgs: --data-parallel-size takes a whole number of engines "
+                "(e.g. --data-parallel-size=2)"
+            ),
+            holds=lambda e: all(
+                not a.startswith("--data-parallel-size=") or re.fullmatch(_DP_RE, a) is not None
+                for a in e.extra_args
+            ),
+            field_path=".extraArgs",
         ),
     )
 

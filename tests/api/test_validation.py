@@ -45,6 +45,27 @@ SCHEDULE = [{"minBatchSize": 1, "maxBatchSize": 64, "numSpeculativeTokens": 3}]
 # (spec, start of the expected message, whether a CEL rule — not a schema bound — refuses it)
 BAD: list[tuple[str, dict[str, Any], str, bool]] = [
     (
+        "env HF_HOME",
+        _with("engine.env", [{"name": "HF_HOME", "value": "/tmp"}]),
+        "spec.engine.env: HF_HOME is set by the operator",
+        True,
+    ),
+    (
+        "env HF_TOKEN beside hfTokenSecret",
+        _merge(
+            ("engine.hfTokenSecret", {"name": "hf"}),
+            ("engine.env", [{"name": "HF_TOKEN", "value": "hf_x"}]),
+        ),
+        "spec.engine.env: HF_HOME is set by the operator",
+        True,
+    ),
+    (
+        "data-parallel-size not a number",
+        _with("engine.extraArgs", ["--data-parallel-size=abc"]),
+        "spec.engine.extraArgs: --data-parallel-size takes a whole number of engines",
+        True,
+    ),
+    (
         "k initial above max",
         _with("speculation.numSpeculativeTokens", {"initial": 6, "max": 5}),
         "spec.speculation.numSpeculativeTokens.initial must lie between min and max",
