@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import httpx
@@ -23,6 +25,7 @@ from specops_operator._metrics import (
     start_service,
 )
 from specops_operator._reconcile import forget_turn, reconcile
+from specops_operator._status import degraded_conditions
 
 __all__ = ["RECHECK_SECONDS"]
 
@@ -48,6 +51,22 @@ async def _close(memo: kopf.Memo, **_: Any) -> None:
         await source.client.aclose()
 
 
+# The API server refused the object itself (invalid, forbidden, unprocessable), not a
+# passing failure: retrying at once cannot help.
+_REFUSED = frozenset({400, 403, 422})
+
+
+def _report(memo: kopf.Memo, body: Mapping[str, Any], reason: str, message: str) -> None:
+    """A Degraded condition and a Warning Event, once per distinct failure."""
+    current = (body.get("status") or {}).get("conditions") or []
+    conditions = degraded_conditions(current, reason, message, datetime.now(UTC))
+    if conditions is None:
+        return
+    with contextlib.suppress(KubeApiError):  # the report must not hide the failure itself
+        memo.kube.patch_status(dict(body), {"conditions": conditions})
+    _post(body, "Warning", reason, message[:1024])
+
+
 def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
     """Reconcile one SpeculativeService; retry API failures, stop on an invalid spec."""
     started = time.monotonic()
@@ -60,9 +79,13 @@ def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
         )
     except SpecValidationError as exc:
         RECONCILES.labels("error").inc()
+        _report(memo, body, "InvalidSpec", str(exc))
         raise kopf.PermanentError(str(exc)) from exc
     except KubeApiError as exc:
         RECONCILES.labels("error").inc()
+        if exc.status in _REFUSED:  # the same write will be refused again: say so, retry slowly
+            _report(memo, body, "ChildRefused", str(exc))
+            raise kopf.TemporaryError(str(exc), delay=RECHECK_SECONDS) from exc
         raise kopf.TemporaryError(str(exc), delay=10) from exc
     RECONCILES.labels("ok").inc()
     RECONCILE_SECONDS.observe(time.monotonic() - started)

@@ -9,7 +9,7 @@ from typing import Any
 from specops.api import SpeculativeConfigStatus, SpeculativeService
 from specops.render import Plan, selector_labels, speculative_config_status
 
-__all__ = ["desired_status", "rollout_complete"]
+__all__ = ["degraded_conditions", "desired_status", "rollout_complete"]
 
 Obj = dict[str, Any]
 
@@ -130,3 +130,25 @@ def desired_status(
         "speculativeConfig": config.model_dump(by_alias=True, exclude_none=True, mode="json"),
     }
     return {key: value for key, value in status.items() if value is not None}
+
+
+def degraded_conditions(
+    current: Sequence[Mapping[str, Any]], reason: str, message: str, now: datetime
+) -> list[Obj] | None:
+    """status.conditions with Degraded set True for ``reason``; None when it already says so.
+
+    A reconciliation that cannot be built (a spec only the operator can find wrong, a child
+    the API server refuses) is reported once on the object, not retried in silence; the next
+    successful reconciliation derives Degraded from the Deployment again.
+    """
+    text = message[:1024]
+    for condition in current:
+        if condition.get("type") == "Degraded" and (
+            condition.get("status"),
+            condition.get("reason"),
+            condition.get("message"),
+        ) == ("True", reason, text):
+            return None
+    kept = [dict(c) for c in current if c.get("type") != "Degraded"]
+    degraded = _condition("Degraded", "True", reason, text)
+    return [*kept, {**degraded, "lastTransitionTime": now.isoformat()}]

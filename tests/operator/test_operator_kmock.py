@@ -234,3 +234,37 @@ async def _spec_change_rendered(kmock: Any, body: dict[str, Any]) -> None:
         "source": "Spec",
         "specHash": service["status"]["speculativeConfig"]["specHash"],
     }
+
+
+async def test_a_spec_only_the_operator_finds_wrong_is_degraded_with_one_warning(
+    operator: Any,
+) -> None:
+    """--data-parallel-size abc (two arguments: no CEL rule sees it) cannot be rendered: the
+    object says so in a Degraded condition and a Warning Event, not in a silent retry."""
+    kmock = operator
+    body = service_body()
+    body["spec"]["engine"]["extraArgs"] = ["--data-parallel-size", "abc"]
+    async with kmock.post(SVC_PATH, json=body) as response:
+        assert response.status in (200, 201)
+
+    def degraded() -> dict[str, Any] | None:
+        service = live(kmock, "specops.io/v1alpha1/speculativeservices", "llama") or {}
+        found = [
+            c for c in (service.get("status") or {}).get("conditions") or []
+            if c["type"] == "Degraded"
+        ]  # fmt: skip
+        return found[0] if found else None
+
+    await eventually(lambda: degraded() is not None, "a Degraded condition")
+    condition = degraded()
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("True", "InvalidSpec")
+    assert "'abc' is not a data-parallel size" in condition["message"]
+    posted = [
+        r.data
+        for r in list(kmock)
+        if r.method.value == "POST" and r.resource is not None and r.resource.plural == "events"
+    ]
+    warnings = [e for e in posted if e.get("reason") == "InvalidSpec"]
+    assert [e["type"] for e in warnings] == ["Warning"]
+    assert live(kmock, "apps/v1/deployments", "llama") is None

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from specops_operator import covers, desired_status
 from specops_operator._reconcile import _merge_patch
+from specops_operator._status import degraded_conditions
 
 from specops.api import parse_service
 from specops.render import RenderOptions, plan
@@ -134,3 +135,18 @@ def test_status_patch_removes_dropped_keys_and_keeps_the_controllers_fields() ->
     }
     patch = _merge_patch({"speculativeConfig": {"enabled": False}}, current)
     assert patch == {"speculativeConfig": {"enabled": False, "json": None}}
+
+
+def test_a_failure_is_reported_once_as_degraded() -> None:
+    ready = {"type": "Ready", "status": "True", "reason": "X", "message": ""}
+    first = degraded_conditions([ready], "InvalidSpec", "bad", NOW)
+    assert first is not None
+    assert [c["type"] for c in first] == ["Ready", "Degraded"]
+    assert (first[1]["status"], first[1]["reason"], first[1]["message"]) == (
+        "True",
+        "InvalidSpec",
+        "bad",
+    )
+    assert degraded_conditions(first, "InvalidSpec", "bad", NOW) is None  # nothing new
+    other = degraded_conditions(first, "ChildRefused", "no", NOW)
+    assert other is not None and [c["reason"] for c in other] == ["X", "ChildRefused"]
