@@ -840,6 +840,45 @@ def test_operator_killed_mid_rollout_converges_after_restart(
     assert len(_pods(api_client, namespace)) == 3
 
 
+def test_pods_are_admitted_under_pod_security_restricted(
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+) -> None:
+    """In a namespace that enforces Pod Security "restricted", the only thing the rendered
+    pods lack is the engine's user (vLLM's image runs as root), and the spec's
+    engine.securityContext supplies it: then the pods are admitted."""
+    core = client.CoreV1Api(api_client)
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    core.patch_namespace(namespace, {"metadata": {"labels": labels}})
+    service = example(namespace)
+    apply(kubectl, tmp_path, service)
+
+    def refusals() -> list[str]:
+        found = core.list_namespaced_event(namespace, field_selector="reason=FailedCreate")
+        return [e.message or "" for e in found.items if "PodSecurity" in (e.message or "")]
+
+    wait(lambda: bool(refusals()), "the ReplicaSet's pods refused as root under restricted")
+    refused = refusals()[0]
+    assert 'container "vllm" must set securityContext.runAsNonRoot=true' in refused, refused
+    for fixed in ("allowPrivilegeEscalation", "capabilities", "seccompProfile", "sidecar"):
+        assert fixed not in refused, refused
+    service["spec"]["engine"]["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "fsGroup": 1000,
+    }
+    apply(kubectl, tmp_path, service)
+    wait(lambda: len(_pods(api_client, namespace)) == 2, "both pods admitted under restricted")
+    pod = plain(api_client, _pods(api_client, namespace)[0])
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    engine = pod["spec"]["containers"][0]
+    assert engine["securityContext"]["runAsUser"] == 1000
+
+
 def test_a_users_service_with_the_name_is_not_taken_over(
     api_client: client.ApiClient,
     kubectl: Kubectl,

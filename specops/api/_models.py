@@ -189,6 +189,21 @@ class ResourceRequirements(CrdModel):
     """Maximum resources (e.g. memory: 96Gi)."""
 
 
+class EngineSecurityContext(CrdModel):
+    """Who the vLLM container runs as. The operator always drops every capability, forbids
+    privilege escalation and sets seccomp RuntimeDefault; with runAsNonRoot (and a user, for
+    an image that defaults to root, as vLLM's does) the pods pass Pod Security "restricted"."""
+
+    run_as_non_root: bool | None = None
+    """Refuse to start the container as root (Pod Security "restricted" requires it)."""
+    run_as_user: int | None = Field(default=None, ge=1, le=2_147_483_647)
+    """UID of the vLLM process (vLLM's image runs as root unless this is set)."""
+    run_as_group: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    """GID of the vLLM process."""
+    fs_group: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    """Group that owns the pod's volumes, so a non-root vLLM can write the model cache."""
+
+
 class Toleration(CrdModel):
     """A Kubernetes toleration, to schedule onto tainted GPU nodes."""
 
@@ -330,6 +345,9 @@ class EngineSpec(CrdModel):
     """Model weight cache volume."""
     hf_token_secret: SecretKeyRef | None = None
     """Secret with a Hugging Face token, exposed to vLLM as HF_TOKEN."""
+    security_context: EngineSecurityContext | None = None
+    """Who the vLLM container runs as (set runAsNonRoot and runAsUser for Pod Security
+    "restricted")."""
     image_pull_secrets: list[LocalSecretReference] = Field(default=[], max_length=16)
     """Secrets of type kubernetes.io/dockerconfigjson for pulling the vLLM and sidecar images
     from a private registry or mirror."""

@@ -183,7 +183,26 @@ def _engine_container(spec: SpeculativeServiceSpec, speculative_config: str | No
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "model-cache", "mountPath": spec.engine.model_cache.mount_path},
         ],
+        "securityContext": _engine_security(spec),
     }
+
+
+def _engine_security(spec: SpeculativeServiceSpec) -> Obj:
+    """No capabilities and no escalation always (vLLM needs neither); the user, from the spec."""
+    context: Obj = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    user = spec.engine.security_context
+    if user is not None:
+        chosen = user.model_dump(by_alias=True, exclude_none=True, exclude={"fs_group"})
+        context.update(chosen)
+    return context
+
+
+def _pod_security(spec: SpeculativeServiceSpec) -> Obj:
+    user = spec.engine.security_context
+    context: Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if user is not None and user.fs_group is not None:
+        context["fsGroup"] = user.fs_group
+    return context
 
 
 def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | None:
@@ -279,6 +298,9 @@ def render_deployment(
         ],
         "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
         "volumes": _volumes(spec),
+        "securityContext": _pod_security(spec),
+        # Neither container talks to the Kubernetes API.
+        "automountServiceAccountToken": False,
     }
     if spec.engine.node_selector:
         pod_spec["nodeSelector"] = dict(spec.engine.node_selector)
