@@ -457,6 +457,24 @@ BAD: list[tuple[str, Obj, str, str]] = [
         "must not carry flags the operator sets",
     ),
     (
+        "owned-flag-spelled-another-way",
+        _changed("engine.extraArgs", ["--speculative_conf.num_speculative_tokens=8"]),
+        "spec.engine.extraArgs",
+        "must not carry flags the operator sets",
+    ),
+    (
+        "owned-flag-before-a-newline",
+        _changed("engine.extraArgs", ["--port=\n9000"]),
+        "spec.engine.extraArgs",
+        "must not carry flags the operator sets",
+    ),
+    (
+        "config-file-in-extra-args",
+        _changed("engine.extraArgs", ["--config=/etc/vllm.yaml"]),
+        "spec.engine.extraArgs",
+        "must not carry flags the operator sets",
+    ),
+    (
         "env-sets-hf-home",
         _changed("engine.env", [{"name": "HF_HOME", "value": "/tmp"}]),
         "spec.engine.env",

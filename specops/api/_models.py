@@ -21,6 +21,8 @@ from specops.vllm import (
     METHODS_REFUSING_DRAFT_MODEL,
     VLLM_VERSION,
     SpeculationMethod,
+    flag_pattern,
+    sets_flag,
 )
 
 # The control loop's defaults are the API's: one source for both.
@@ -83,7 +85,9 @@ OWNED_FLAGS: tuple[str, ...] = (
     "--spec-tokens",
     "--shutdown-timeout",
 )
-_OWNED_FLAGS_RE = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"
+# What extraArgs may not carry: the owned flags, and --config, whose file can set any flag.
+REFUSED_FLAGS: tuple[str, ...] = (*OWNED_FLAGS, "--config")
+_REFUSED_FLAGS_RE = flag_pattern(REFUSED_FLAGS)
 
 _DP_RE = "^--data-parallel-size=[1-9][0-9]{0,3}$"
 SpeculationMode = Literal["Auto", "Advise", "Fixed", "Off"]
@@ -267,11 +271,12 @@ class EngineSpec(CrdModel):
             field_path=".tensorParallelSize",
         ),
         Rule(
-            cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{_OWNED_FLAGS_RE}'))",
+            cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{_REFUSED_FLAGS_RE}'))",
             message="spec.engine.extraArgs must not carry flags the operator sets ("
             + ", ".join(OWNED_FLAGS)
-            + "): use the matching spec field instead",
-            holds=lambda e: not any(arg.split("=", 1)[0] in OWNED_FLAGS for arg in e.extra_args),
+            + "), in any spelling vLLM reads (underscores, abbreviations, dotted keys), nor "
+            "--config (its file can set them): use the matching spec field instead",
+            holds=lambda e: not any(sets_flag(arg, REFUSED_FLAGS) for arg in e.extra_args),
             field_path=".extraArgs",
         ),
         Rule(

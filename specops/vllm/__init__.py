@@ -1,6 +1,6 @@
 """Facts about the pinned vLLM release that specops must match exactly."""
 
-from specops.vllm._args import flag_value
+from specops.vllm._args import flag_key, flag_pattern, flag_value, sets_flag
 from specops.vllm._metrics import (
     ENGINE_LABELS,
     ENGINE_METRICS,
@@ -57,6 +57,8 @@ __all__ = [
     "VllmMethod",
     "bucket_bounds",
     "ensure_wheel",
+    "flag_key",
+    "flag_pattern",
     "flag_value",
     "release_bucket_families",
     "release_finish_reasons",
@@ -64,6 +66,7 @@ __all__ = [
     "release_metrics",
     "release_speculative_keys",
     "release_speculative_methods",
+    "sets_flag",
     "table_applies",
     "wheel_source",
 ]
