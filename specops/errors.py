@@ -12,6 +12,7 @@ SpecopsError
 from __future__ import annotations
 
 __all__ = [
+    "MAX_METRICS_ERROR_CHARS",
     "ClusterError",
     "EngineConfigError",
     "MetricsError",
@@ -32,8 +33,22 @@ class EngineConfigError(SpecopsError):
     """The simulated engine was given an invalid speculative config, profile or workload."""
 
 
+# A metrics error's text reaches status and the logs; what a source answered is the
+# source's to choose, so it is cut to this many characters.
+MAX_METRICS_ERROR_CHARS = 512
+
+
 class MetricsError(SpecopsError):
-    """A metrics source could not produce a sample (unreachable, malformed page, PromQL error)."""
+    """A metrics source could not produce a sample (unreachable, malformed page, PromQL error).
+
+    The message is cut to :data:`MAX_METRICS_ERROR_CHARS`: it may quote the answer.
+    """
+
+    def __init__(self, message: str) -> None:
+        if len(message) > MAX_METRICS_ERROR_CHARS:
+            cut = len(message) - MAX_METRICS_ERROR_CHARS
+            message = f"{message[:MAX_METRICS_ERROR_CHARS]}... ({cut} more characters)"
+        super().__init__(message)
 
 
 class ClusterError(SpecopsError):

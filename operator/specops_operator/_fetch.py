@@ -28,11 +28,13 @@ import pydantic
 from specops.api import SpeculativeServiceSpec
 from specops.errors import MetricsError
 from specops.observation import (
+    MAX_ANSWER_BYTES,
     HttpGet,
     ObserverConfig,
     PodObservation,
     PrometheusSource,
     WindowedObserver,
+    too_large,
 )
 from specops.render import SIDECAR_PORT
 
@@ -54,12 +56,17 @@ def httpx_get(client: httpx.AsyncClient) -> HttpGet:
 
     async def get(url: str, params: Mapping[str, str] | None = None) -> tuple[int, str]:
         try:
-            answer = await client.get(url, params=params)
+            async with client.stream("GET", url, params=params) as answer:
+                body = bytearray()
+                async for chunk in answer.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise too_large(url)
+                return answer.status_code, body.decode(answer.encoding or "utf-8", "replace")
         except httpx.TimeoutException as exc:
             raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
         except httpx.HTTPError as exc:
             raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
-        return answer.status_code, answer.text
 
     return get
 

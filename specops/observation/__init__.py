@@ -56,13 +56,16 @@ from specops.observation._snapshot import (
     snapshot_from_reading,
 )
 from specops.observation._sources import (
+    MAX_ANSWER_BYTES,
     EngineMetricsSource,
     HttpGet,
     MetricsSource,
     PrometheusSource,
+    too_large,
 )
 
 __all__ = [
+    "MAX_ANSWER_BYTES",
     "RUNNING_BOUNDS",
     "AcceptanceEstimate",
     "AcceptanceObservation",
@@ -120,4 +123,5 @@ __all__ = [
     "prometheus_selector",
     "quantile",
     "snapshot_from_reading",
+    "too_large",
 ]

@@ -27,18 +27,31 @@ from specops.observation._series import (
 )
 
 __all__ = [
+    "MAX_ANSWER_BYTES",
     "EngineMetricsSource",
     "HttpGet",
     "MetricsSource",
     "PrometheusSource",
+    "too_large",
 ]
+
+
+# The most a metrics answer may hold: a vLLM page of many engines is a few MB, a service's
+# first Prometheus range read a few more. A larger one is refused unread, not parsed.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
+
+def too_large(url: str) -> MetricsError:
+    """The error for an answer past :data:`MAX_ANSWER_BYTES`."""
+    return MetricsError(f"{url} answered more than {MAX_ANSWER_BYTES} bytes; refused unread")
 
 
 class HttpGet(Protocol):
     """GET ``url`` with the query ``params``: the answer's status and text.
 
     A server that cannot be read is a :class:`MetricsError`, ``"cannot reach <url>: ..."``
-    or ``"timed out reading <url>: ..."``; a redirect is an answer like any other.
+    or ``"timed out reading <url>: ..."``, and so is an answer past
+    :data:`MAX_ANSWER_BYTES` (:func:`too_large`); a redirect is an answer like any other.
     """
 
     def __call__(

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from specops.errors import MetricsError
+from specops.errors import MAX_METRICS_ERROR_CHARS, MetricsError
 from specops.observation import (
+    MAX_ANSWER_BYTES,
     EngineMetricsSource,
     ObserverConfig,
     PrometheusSource,
@@ -183,3 +184,24 @@ async def test_both_sources_give_the_same_observation_on_the_same_data(network: 
     up = SourceObservation(kind="direct", target="x", up=True)
     now = pages[-1][0]
     assert observe(from_direct, now, config, up) == observe(from_prom, now, config, up)
+
+
+async def test_an_answer_past_the_cap_is_refused_unread(network: Network) -> None:
+    """A 20 MB /metrics page (or Prometheus answer) took the sidecar from 54 to 319 MB and the
+    operator past its memory limit; both GETs stop reading at the cap."""
+    huge = "# " + "x" * (MAX_ANSWER_BYTES + 1024) + "\n"
+    served = await network.serve(constant(200, huge))
+    with pytest.raises(MetricsError, match=f"answered more than {MAX_ANSWER_BYTES} bytes"):
+        await served.get(served.url + "/metrics")
+    ok = await network.serve(constant(200, "x" * 1000))
+    assert await ok.get(ok.url + "/metrics") == (200, "x" * 1000)
+
+
+async def test_what_a_source_answers_reaches_status_cut_short(network: Network) -> None:
+    error = {"status": "error", "errorType": "bad_data", "error": "y" * 50_000}
+    served = await network.serve(constant(400, json.dumps(error)))
+    source = PrometheusSource(served.url, {"pod": "p"}, served.get)
+    with pytest.raises(MetricsError) as caught:
+        await source.read()
+    assert len(str(caught.value)) < MAX_METRICS_ERROR_CHARS + 64
+    assert str(caught.value).endswith("more characters)")
