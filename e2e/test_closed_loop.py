@@ -29,6 +29,7 @@ from specops.cluster import ClusterInfo
 from specops.demo import DemoOptions, demo_service, engine_config
 from specops.demo._load import ConcurrencyDriver
 from specops.launch import (
+    ALLOW_LOCAL_PROMETHEUS,
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,
@@ -66,7 +67,9 @@ def operator(
         operator_replicas=0,
     ) as release:
         identity = operator_kubeconfig(cluster.kubeconfig, release, work / "kubeconfig")
-        process = OperatorProcess(identity, work / "operator.log")
+        process = OperatorProcess(
+            identity, work / "operator.log", extra_args=ALLOW_LOCAL_PROMETHEUS
+        )
         try:
             process.start()
             yield process

@@ -65,6 +65,14 @@ def peering_priority(peering: str | None, given: int | None) -> int:
     help="Liveness endpoint URL served by kopf.",
 )
 @click.option("--sidecar-image", default=RenderOptions.sidecar_image, show_default=True)
+@click.option(
+    "--allowed-prometheus",
+    "allowed_prometheus",
+    multiple=True,
+    help="A Prometheus the operator may read for specs with metrics.source Prometheus: a base"
+    " URL (http://prometheus.monitoring:9090) or a host (any port); repeat for several."
+    " Default: none, so such specs hold their config and say why.",
+)
 @click.option("--verbose", is_flag=True, help="Log at debug level.")
 @click.option("--log-format", type=click.Choice(["full", "plain", "json"]), default="full")
 def operator(
@@ -74,6 +82,7 @@ def operator(
     metrics_port: int,
     liveness: str,
     sidecar_image: str,
+    allowed_prometheus: tuple[str, ...],
     verbose: bool,
     log_format: str,
 ) -> None:
@@ -95,5 +104,8 @@ def operator(
         standalone=peering is None,
         priority=priority,
         liveness_endpoint=liveness,
-        memo=kopf.Memo(options=RenderOptions(sidecar_image=sidecar_image)),
+        memo=kopf.Memo(
+            options=RenderOptions(sidecar_image=sidecar_image),
+            allowed_prometheus=allowed_prometheus,
+        ),
     )

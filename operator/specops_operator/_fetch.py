@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 import pydantic
@@ -46,7 +47,9 @@ __all__ = [
     "PrometheusServiceSource",
     "SidecarSource",
     "httpx_get",
+    "prometheus_allowed",
     "ready_pods",
+    "refused_prometheus",
 ]
 
 
@@ -162,6 +165,37 @@ class SidecarSource:
         return None
 
 
+def prometheus_allowed(url: str, allowed: Sequence[str]) -> bool:
+    """Whether the operator may read ``url``: an entry of ``allowed`` is a base URL
+    (``http://prometheus.monitoring:9090``: the same scheme, host and port, and a path under
+    its own) or a bare host (``prometheus.monitoring``: any port, http or https)."""
+    target = urlsplit(url)
+    if target.scheme not in ("http", "https") or target.hostname is None:
+        return False
+    for entry in allowed:
+        base = urlsplit(entry if "://" in entry else f"//{entry}")
+        if base.hostname is None or base.hostname != target.hostname:
+            continue
+        if not base.scheme:
+            return True
+        path, within = base.path.rstrip("/"), target.path.rstrip("/")
+        if (base.scheme, base.port) == (target.scheme, target.port) and (
+            within == path or within.startswith(path + "/")
+        ):
+            return True
+    return False
+
+
+def refused_prometheus(url: str, allowed: Sequence[str]) -> str:
+    """The message for a spec's Prometheus URL the operator may not read."""
+    listed = ", ".join(allowed) if allowed else "none"
+    return (
+        f"spec.metrics.prometheusUrl {url} is not among the Prometheus servers this operator "
+        f"may read (allowed: {listed}); ask the cluster admin to add it to the chart's "
+        "operator.allowedPrometheus, or use metrics.source: Direct"
+    )
+
+
 class PrometheusServiceSource:
     """Polls Prometheus once per tick for each service and keeps its readings in between.
 
@@ -170,8 +204,11 @@ class PrometheusServiceSource:
     starts with the scrapes of the last window that Prometheus kept, so an operator that
     restarted or took over decides on a full window at its first tick."""
 
-    def __init__(self, get: HttpGet, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, get: HttpGet, allowed: Sequence[str], clock: Callable[[], float] = time.time
+    ) -> None:
         self._get = get
+        self._allowed = tuple(allowed)
         self._clock = clock
         self._services: dict[tuple[str, str], tuple[tuple[str, int, int], WindowedObserver]] = {}
 
@@ -207,8 +244,17 @@ class PrometheusServiceSource:
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return float(spec.metrics.scrape_interval_seconds)
 
+    def _refused(self, spec: SpeculativeServiceSpec) -> str | None:
+        url = spec.metrics.prometheus_url or ""
+        return (
+            None
+            if prometheus_allowed(url, self._allowed)
+            else refused_prometheus(url, self._allowed)
+        )
+
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
-        await self._observer(namespace, name, spec).poll()
+        if self._refused(spec) is None:
+            await self._observer(namespace, name, spec).poll()
 
     def forget(self, namespace: str, name: str) -> None:
         self._services.pop((namespace, name), None)
@@ -216,6 +262,8 @@ class PrometheusServiceSource:
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
     ) -> Fetched:
+        if (refused := self._refused(spec)) is not None:
+            return Fetched((), (refused,))  # never asked: the URL is the tenant's to choose
         observer = self._observer(namespace, name, spec)
         await observer.poll()
         observation = observer.observation
@@ -226,10 +274,15 @@ class PrometheusServiceSource:
 class Observer:
     """The real source: direct or Prometheus, as each spec's metrics section says."""
 
-    def __init__(self, client: httpx.AsyncClient, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        allowed_prometheus: Sequence[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
         self._direct = SidecarSource(client)
-        self._prometheus = PrometheusServiceSource(httpx_get(client), clock)
+        self._prometheus = PrometheusServiceSource(httpx_get(client), allowed_prometheus, clock)
 
     async def fetch(
         self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]

@@ -41,7 +41,10 @@ def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> No
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
     if getattr(memo, "control", None) is None:
-        memo.control = ControlLoopOptions(source=Observer(httpx.AsyncClient(timeout=5.0)))
+        allowed = getattr(memo, "allowed_prometheus", ())
+        memo.control = ControlLoopOptions(
+            source=Observer(httpx.AsyncClient(timeout=5.0), allowed_prometheus=allowed)
+        )
 
 
 @kopf.on.cleanup()

@@ -56,6 +56,7 @@ from specops.demo._snapshot import DecisionView, Snapshot, take_snapshot
 from specops.demo._table import decision_line, render_table, summary_line
 from specops.demo._trace import concurrency_at, load_demo_trace, segment_at
 from specops.launch import (
+    ALLOW_LOCAL_PROMETHEUS,
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,
@@ -226,7 +227,9 @@ def run_demo(options: DemoOptions, console: Console) -> Path:
             )
         with steps("operator"):
             identity = operator_kubeconfig(kubeconfig, release, out / "operator.kubeconfig")
-            operator = OperatorProcess(identity, out / "logs" / "operator.log")
+            operator = OperatorProcess(
+                identity, out / "logs" / "operator.log", extra_args=ALLOW_LOCAL_PROMETHEUS
+            )
             stack.callback(operator.stop)
             operator.start()
         with steps("podrunner"):

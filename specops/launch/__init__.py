@@ -6,6 +6,7 @@ stop such local servers, for benchmarks and integration tests too."""
 from specops.launch._chart import CHART_DIR, ChartRelease, installed_chart, operator_kubeconfig
 from specops.launch._errors import LaunchError
 from specops.launch._process import (
+    ALLOW_LOCAL_PROMETHEUS,
     LocalProcess,
     OperatorProcess,
     PodRunnerProcess,
@@ -18,6 +19,7 @@ from specops.launch._process import (
 )
 
 __all__ = [
+    "ALLOW_LOCAL_PROMETHEUS",
     "CHART_DIR",
     "ChartRelease",
     "LaunchError",

@@ -23,6 +23,7 @@ from specops.launch._errors import LaunchError
 from specops.podrunner import RunnerState, read_state
 
 __all__ = [
+    "ALLOW_LOCAL_PROMETHEUS",
     "LocalProcess",
     "OperatorProcess",
     "PodRunnerProcess",
@@ -140,6 +141,10 @@ class LocalProcess:
         proc, self._proc = self._proc, None
         if proc is not None:
             stop_process(proc, grace_s, sig)
+
+
+# The pod runner's Prometheus listens on loopback: an operator started here may read it.
+ALLOW_LOCAL_PROMETHEUS: tuple[str, ...] = ("--allowed-prometheus=127.0.0.1",)
 
 
 class OperatorProcess:

@@ -129,3 +129,17 @@ def test_a_wrong_argument_is_caught_as_the_container_would_fail() -> None:
         dry_parse(["specops", "operator", "operator", "--namespace=x"])
     with pytest.raises(click.BadParameter):
         dry_parse(["specops", "operator", "--metrics-port=http"])
+
+
+def test_allowed_prometheus_servers_reach_the_operator(render: Render) -> None:
+    allowed = ["http://prometheus.monitoring:9090", "thanos.monitoring"]
+    (deployment,) = by_kind(render({"operator": {"allowedPrometheus": allowed}}), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    ctx = dry_parse(kubelet_argv(container, *_image_defaults(DOCKERFILE)))
+    assert ctx.params["allowed_prometheus"] == tuple(allowed)
+    (default,) = by_kind(render({}), "Deployment")
+    (plain,) = default["spec"]["template"]["spec"]["containers"]
+    assert (
+        dry_parse(kubelet_argv(plain, *_image_defaults(DOCKERFILE))).params["allowed_prometheus"]
+        == ()
+    )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from specops_operator._fetch import (
     Fetched,
@@ -15,6 +16,7 @@ from specops_operator._fetch import (
     PrometheusServiceSource,
     SidecarSource,
     httpx_get,
+    prometheus_allowed,
     ready_pods,
 )
 
@@ -23,6 +25,8 @@ from specops.render import apply_defaults
 from tests.control.observations import pod_observation
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
+
+ALLOWED = ("http://prom:9090", "prom-2")
 
 
 def _spec(**metrics: object) -> SpeculativeServiceSpec:
@@ -109,7 +113,7 @@ async def test_prometheus_is_asked_for_the_services_series_and_readings_accumula
 
     spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        source = PrometheusServiceSource(httpx_get(client), clock=lambda: now)
+        source = PrometheusServiceSource(httpx_get(client), ["prom"], clock=lambda: now)
         await source.fetch("ml", "llama", spec, [])
         fetched = await source.fetch("ml", "llama", spec, [])
     assert 'namespace="ml"' in queries[0] and 'service="llama"' in queries[0]
@@ -135,7 +139,7 @@ async def test_a_failing_prometheus_is_a_failure_not_an_exception() -> None:
 
     spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        fetched = await Observer(client).fetch("ml", "llama", spec, [])
+        fetched = await Observer(client, allowed_prometheus=ALLOWED).fetch("ml", "llama", spec, [])
     assert "PromQL error (bad_data): parse error" in fetched.failures[0]
     assert fetched.observations[0].status.value == "unknown"
 
@@ -151,7 +155,7 @@ async def test_samples_between_decisions_fill_the_prometheus_window() -> None:
 
     spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090", scrapeIntervalSeconds=10)
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        observer = Observer(client, clock=lambda: now)
+        observer = Observer(client, allowed_prometheus=ALLOWED, clock=lambda: now)
         assert observer.sampling_interval(spec) == 10.0
         await observer.sample("ml", "llama", spec)
         await observer.sample("ml", "llama", spec)
@@ -165,7 +169,7 @@ async def test_sidecars_sample_themselves() -> None:
         raise AssertionError(f"no request expected, got {request.url}")
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        observer = Observer(client)
+        observer = Observer(client, allowed_prometheus=ALLOWED)
         assert observer.sampling_interval(_spec()) is None
         await observer.sample("ml", "llama", _spec())
 
@@ -185,9 +189,47 @@ async def test_new_settings_or_a_forgotten_service_start_the_readings_afresh() -
         return window.readings
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        observer = Observer(client, clock=lambda: now)
+        observer = Observer(client, allowed_prometheus=ALLOWED, clock=lambda: now)
         await observer.sample("ml", "llama", spec)
         assert readings(await observer.fetch("ml", "llama", spec, [])) == 2
         assert readings(await observer.fetch("ml", "llama", moved, [])) == 1
         observer.forget("ml", "llama")
         assert readings(await observer.fetch("ml", "llama", moved, [])) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://prom:9090", True),
+        ("http://prom:9090/", True),
+        ("http://prom:9090/prometheus", True),  # under the base URL's path
+        ("http://prom-2:443", True),  # a bare host: any port
+        ("https://prom-2", True),
+        ("http://prom:9091", False),  # another port
+        ("https://prom:9090", False),  # another scheme
+        ("http://attacker:9090/internal/admin/delete-everything", False),
+        ("http://prom.evil:9090", False),
+        ("http://prom:9090@attacker:80", False),  # userinfo: the host is the attacker
+    ],
+)
+def test_only_allowed_prometheus_servers_are_read(url: str, allowed: bool) -> None:
+    assert prometheus_allowed(url, ALLOWED) is allowed
+    assert prometheus_allowed(url, ()) is False
+
+
+async def test_a_prometheus_not_allowed_is_never_asked_and_says_why() -> None:
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return httpx.Response(200, json={"status": "success", "data": {"result": []}})
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://attacker:9090/internal/admin")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        observer = Observer(client, allowed_prometheus=ALLOWED)
+        await observer.sample("ml", "llama", spec)
+        fetched = await observer.fetch("ml", "llama", spec, [])
+    assert asked == [] and fetched.observations == ()
+    (failure,) = fetched.failures
+    assert "http://attacker:9090/internal/admin is not among the Prometheus servers" in failure
+    assert "allowed: http://prom:9090, prom-2" in failure
