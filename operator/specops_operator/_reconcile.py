@@ -134,10 +134,19 @@ def reconcile(
     post_event: Callable[[str, str, str], None],
     now: datetime | None = None,
 ) -> Outcome:
-    """Bring the children of one SpeculativeService to their rendered state; patch its status."""
-    service: SpeculativeService = parse_service(body)
-    with _turn(service.metadata.namespace, service.metadata.name):
-        return _reconcile(kube, service, body, options, post_event, now)
+    """Bring the children of one SpeculativeService to their rendered state; patch its status.
+
+    ``body`` only names the service: once its turn is taken the object is read again, so a
+    reconciliation renders and patches what the one before it (or the control loop) wrote,
+    not the copy its trigger carried.
+    """
+    named: SpeculativeService = parse_service(body)
+    namespace, name = named.metadata.namespace, named.metadata.name
+    with _turn(namespace, name):
+        fresh = kube.get_service(namespace, name)
+        if fresh is None:  # deleted meanwhile: nothing to bring anywhere
+            return Outcome((), False)
+        return _reconcile(kube, parse_service(fresh), fresh, options, post_event, now)
 
 
 def _turn(namespace: str, name: str) -> threading.Lock:
