@@ -290,6 +290,10 @@ def test_operator_runs_as_the_charts_service_account_with_least_privilege(
     assert not can("get", "secrets", "-A")
     assert not can("create", "pods", "-A")
     assert not can("delete", "speculativeservices.specops.io", "-A")
+    for verb in ("update", "delete"):  # it only ever patches, and children go with their owner
+        for resource in ("deployments.apps", "services", "poddisruptionbudgets.policy"):
+            assert not can(verb, resource, "-A"), (verb, resource)
+    assert not can("watch", "pods", "-A") and can("list", "pods", "-A")
 
 
 # -- 3: the example, end to end ---------------------------------------------------------
