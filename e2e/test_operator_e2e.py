@@ -901,6 +901,38 @@ def test_pods_are_admitted_under_pod_security_restricted(
     assert engine["securityContext"]["runAsUser"] == 1000
 
 
+def test_a_child_the_api_server_refuses_degrades_the_service_with_its_message(
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+) -> None:
+    """Requests above limits pass the CRD (no CEL compares quantities) but no Deployment can
+    carry them: the API server's own words reach a Degraded condition and one Warning."""
+    service = example(namespace)
+    service["spec"]["engine"]["resources"] = {
+        "requests": {"memory": "64Gi"},
+        "limits": {"memory": "32Gi"},
+    }
+    apply(kubectl, tmp_path, service)
+    core = client.CoreV1Api(api_client)
+
+    def degraded() -> Obj | None:
+        conditions = _service(api_client, namespace).get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c.get("reason") == "ChildRefused"), None)
+
+    wait(lambda: degraded() is not None, "a Degraded condition with the API server's refusal")
+    condition = degraded()
+    assert condition is not None and condition["status"] == "True"
+    assert "must be less than or equal to memory limit" in condition["message"], condition
+    warnings = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={NAME},reason=ChildRefused"
+    ).items
+    assert [e.type for e in warnings] == ["Warning"]
+
+
 def test_a_users_service_with_the_name_is_not_taken_over(
     api_client: client.ApiClient,
     kubectl: Kubectl,

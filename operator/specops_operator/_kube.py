@@ -47,6 +47,17 @@ class KubeApiError(SpecopsError):
         self.status = status
 
 
+def _refusal(data: bytes) -> str:
+    """The API server's own words from a failure: a Status's message, else the raw body."""
+    try:
+        status = json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")[:1024]
+    if isinstance(status, dict) and isinstance(status.get("message"), str):
+        return f"{status.get('code', '')} {status.get('reason', '')}: {status['message']}"
+    return data.decode("utf-8", "replace")[:1024]
+
+
 def _collection_path(api_version: str, kind: str, namespace: str) -> str:
     prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     return f"{prefix}/namespaces/{namespace}/{_PLURALS[kind]}"
@@ -102,7 +113,7 @@ class Kube:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise KubeApiError(f"{method} {path}: {exc}") from exc
         if not 200 <= response.status <= 299:
-            raise KubeApiError(f"{method} {path}: {response.status} {data!r}", response.status)
+            raise KubeApiError(f"{method} {path}: {_refusal(data)}", response.status)
         return cast(Obj, json.loads(data))
 
     def get(self, obj: Obj) -> Obj | None:
