@@ -102,6 +102,7 @@ class ControlLoopOptions:
     period_s: float | None = None
     initial_delay_s: float = 30.0
     rollout_poll_s: float = 15.0
+    status_poll_s: float = 2.0
     retry_s: float = 30.0
     default_context_tokens: float = 1024.0
 
@@ -408,7 +409,7 @@ async def control_tick(
     service = parse_service(body)
     now = options.clock()
     if service.status is None or service.status.speculative_config is None:
-        return options.rollout_poll_s  # not reconciled yet
+        return options.status_poll_s  # not reconciled yet: its first status is moments away
     due_in = _wait(service, options, now)
     spec = apply_defaults(service.spec)
     if due_in > 0:
