@@ -23,7 +23,7 @@ from kubernetes import client
 from specops_operator import FIELD_MANAGER, Kube
 
 from e2e.harness import EXAMPLE, Kubectl, Phases, Wait, apply, example, filled, plain
-from specops.api import GROUP, PLURAL, VERSION, parse_service
+from specops.api import GROUP, PLURAL, VERSION, crd, parse_service
 from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
 from specops.launch import OperatorProcess
 from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
@@ -1033,6 +1033,59 @@ def test_a_forged_status_choice_is_refused_with_a_warning_and_rewritten(
     engine = _speculative_config(_engine_args(_deployment(api_client, namespace)))
     assert 1 <= engine["num_speculative_tokens"] <= 5
     assert engine["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def test_an_operator_upgrade_brings_the_crd_to_its_schema(
+    operator: OperatorProcess,
+    kubectl: Kubectl,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+) -> None:
+    """Helm never upgrades a chart's crds/: with the CRD of an older release (here, one
+    without spec.engine.securityContext) a new field is refused, or pruned; an operator
+    started with the chart's --manage-crd applies its own schema, and the field is kept."""
+    current = crd()
+    old = copy.deepcopy(current)
+    engine = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["engine"]["properties"]
+    del engine["securityContext"]
+    crd_file = tmp_path / "crd.yaml"
+
+    def install(definition: Obj, manager: str) -> None:
+        crd_file.write_text(yaml.safe_dump(definition))
+        kubectl(
+            "apply", "--server-side", "--force-conflicts", f"--field-manager={manager}",
+            "-f", str(crd_file),
+        )  # fmt: skip
+
+    service = example(namespace)
+    service["spec"]["engine"]["securityContext"] = {"runAsNonRoot": True, "runAsUser": 1000}
+    manifest = tmp_path / "service.yaml"
+    manifest.write_text(yaml.safe_dump(service))
+
+    def accepted() -> bool:
+        dry = ("apply", "--dry-run=server", "--validate=strict", "-f", str(manifest))
+        return kubectl(*dry, check=False).returncode == 0
+
+    upgraded = OperatorProcess(
+        operator.kubeconfig, tmp_path / "upgraded-operator.log", extra_args=("--manage-crd",)
+    )
+    install(old, "helm")  # as an older chart left it
+    try:
+        wait(lambda: not accepted(), "the old schema to refuse spec.engine.securityContext")
+        operator.stop()
+        upgraded.start()
+        wait(accepted, "the operator to bring the CRD to its own schema")
+        wait(
+            lambda: "SpeculativeService CRD applied" in upgraded.process.tail(),
+            "the operator to say it applied the CRD",
+        )
+    finally:
+        upgraded.stop()
+        install(current, "e2e-restore")
+        operator.start()
 
 
 # -- 6: deletion cascades ---------------------------------------------------------------

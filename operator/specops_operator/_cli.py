@@ -73,6 +73,12 @@ def peering_priority(peering: str | None, given: int | None) -> int:
     " URL (http://prometheus.monitoring:9090) or a host (any port); repeat for several."
     " Default: none, so such specs hold their config and say why.",
 )
+@click.option(
+    "--manage-crd",
+    is_flag=True,
+    help="At start, server-side apply the SpeculativeService CRD at this operator's schema"
+    " (Helm never upgrades a chart's crds/); needs get and patch on that CRD.",
+)
 @click.option("--verbose", is_flag=True, help="Log at debug level.")
 @click.option("--log-format", type=click.Choice(["full", "plain", "json"]), default="full")
 def operator(
@@ -83,6 +89,7 @@ def operator(
     liveness: str,
     sidecar_image: str,
     allowed_prometheus: tuple[str, ...],
+    manage_crd: bool,
     verbose: bool,
     log_format: str,
 ) -> None:
@@ -107,5 +114,6 @@ def operator(
         memo=kopf.Memo(
             options=RenderOptions(sidecar_image=sidecar_image),
             allowed_prometheus=allowed_prometheus,
+            manage_crd=manage_crd,
         ),
     )

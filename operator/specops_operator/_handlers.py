@@ -12,7 +12,7 @@ from typing import Any, cast
 import httpx
 import kopf
 
-from specops.api import GROUP, PLURAL, VERSION
+from specops.api import GROUP, PLURAL, VERSION, crd
 from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
 from specops_operator._control import ControlLoopOptions, control_tick
@@ -34,7 +34,12 @@ _SERVICE = (GROUP, VERSION, PLURAL)
 
 
 @kopf.on.startup()
-def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+def _configure(
+    settings: kopf.OperatorSettings,
+    memo: kopf.Memo,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
     settings.posting.level = logging.INFO
     if getattr(memo, "kube", None) is None:
         memo.kube = Kube.from_environment()
@@ -45,6 +50,25 @@ def _configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> No
         memo.control = ControlLoopOptions(
             source=Observer(httpx.AsyncClient(timeout=5.0), allowed_prometheus=allowed)
         )
+    _own_crd(memo, logger)
+
+
+def _own_crd(memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Bring the SpeculativeService CRD to this operator's schema (``--manage-crd``).
+
+    Helm installs CRDs from a chart's ``crds/`` once and never upgrades them, so a field a
+    newer release adds would be pruned by the old schema without a word. The operator
+    applies the schema it was built with instead; without the right to, it says so and
+    serves the CRD as it is.
+    """
+    if not getattr(memo, "manage_crd", False):
+        return
+    try:
+        memo.kube.apply_crd(crd())
+    except KubeApiError as exc:
+        logger.warning("could not update the SpeculativeService CRD (serving it as it is): %s", exc)
+        return
+    logger.info("SpeculativeService CRD applied at this operator's schema")
 
 
 @kopf.on.cleanup()

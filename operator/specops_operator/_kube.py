@@ -140,6 +140,16 @@ class Kube:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
+    def apply_crd(self, crd: Obj) -> Obj:
+        """Server-side apply a (cluster-scoped) CustomResourceDefinition as the operator."""
+        return self._call(
+            "PATCH",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
+            crd,
+            content_type=_APPLY_PATCH,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+
     def get_service(self, namespace: str, name: str) -> Obj | None:
         """A SpeculativeService, or None when it is gone."""
         ref = {

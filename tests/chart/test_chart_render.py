@@ -45,6 +45,8 @@ def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 def test_defaults_render_a_namespaced_operator_without_monitoring_objects(render: Render) -> None:
     objects = render()
     assert _kinds(objects) == [
+        "ClusterRole",  # the CRD's, by name (crds.manage)
+        "ClusterRoleBinding",
         "ConfigMap",
         "ConfigMap",
         "Deployment",
@@ -94,9 +96,35 @@ def test_operator_container_is_locked_down(render: Render) -> None:
     assert container["image"] == "ghcr.io/specops/specops:0.1.0"
 
 
+def _workload_cluster_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ClusterRoles other than the one that lets the operator bring its CRD up to date."""
+    return [
+        r for r in by_kind(objects, "ClusterRole") if not r["metadata"]["name"].endswith("-crd")
+    ]
+
+
+def test_the_operator_may_update_its_own_crd_and_nothing_else_cluster_wide(
+    render: Render,
+) -> None:
+    objects = render()
+    (role,) = [r for r in by_kind(objects, "ClusterRole") if r["metadata"]["name"].endswith("-crd")]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": ["speculativeservices.specops.io"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    assert "--manage-crd" in _container(objects)["args"]
+    unmanaged = render({"crds": {"manage": False}})
+    assert not by_kind(unmanaged, "ClusterRole") and not by_kind(unmanaged, "ClusterRoleBinding")
+    assert "--manage-crd" not in _container(unmanaged)["args"]
+
+
 def test_watch_namespaces_get_a_role_each_and_no_cluster_role(render: Render) -> None:
     objects = render(NON_DEFAULT)
-    assert not by_kind(objects, "ClusterRole")
+    assert not _workload_cluster_roles(objects)
     roles = {role["metadata"]["namespace"] for role in by_kind(objects, "Role")}
     bindings = {b["metadata"]["namespace"] for b in by_kind(objects, "RoleBinding")}
     assert roles == bindings == {"llm", "llm-staging"}
@@ -134,8 +162,12 @@ def test_rbac_covers_what_the_operator_does_and_only_that(render: Render) -> Non
 def test_cluster_wide_uses_a_cluster_role_and_all_namespaces(render: Render) -> None:
     objects = render({"operator": {"clusterWide": True, "peering": {"enabled": True}}})
     assert not by_kind(objects, "Role")
-    (cluster_role,) = by_kind(objects, "ClusterRole")
-    (binding,) = by_kind(objects, "ClusterRoleBinding")
+    (cluster_role,) = _workload_cluster_roles(objects)
+    (binding,) = [
+        b
+        for b in by_kind(objects, "ClusterRoleBinding")
+        if not b["metadata"]["name"].endswith("-crd")
+    ]
     assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
     assert {"clusterkopfpeerings", "customresourcedefinitions", "namespaces"} <= resources
