@@ -64,7 +64,18 @@ def test_a_namespaced_operator_serves_its_namespace_and_nothing_else(
     assert args == [f"--namespace={namespace}"]
     kinds = {o["kind"] for o in release.objects}
     assert {"Role", "RoleBinding"} <= kinds
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    # Nothing cluster-wide but get and patch on its own CRD, by name (crds.manage).
+    cluster_rules = [
+        rule for o in release.objects if o["kind"] == "ClusterRole" for rule in o["rules"]
+    ]
+    assert cluster_rules == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": ["speculativeservices.specops.io"],
+            "verbs": ["get", "patch"],
+        }
+    ]
 
     identity = operator_kubeconfig(cluster.kubeconfig, release, tmp_path / "kubeconfig")
     as_operator = config.new_client_from_config(config_file=str(identity))  # type: ignore[no-untyped-call]
