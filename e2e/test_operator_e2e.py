@@ -189,6 +189,14 @@ def _event_reasons(api: client.ApiClient, namespace: str) -> list[tuple[str | No
     return [(e.reason, e.message) for e in events.items]
 
 
+def _posted(api: client.ApiClient, namespace: str, reason: str) -> list[str]:
+    """The service's Events of one reason, as "type: message"."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={NAME},reason={reason}"
+    )
+    return [f"{e.type}: {e.message}" for e in events.items]
+
+
 def _wait_for_event(
     wait: Wait, api: client.ApiClient, namespace: str, reason: str, message: str
 ) -> None:
@@ -917,7 +925,6 @@ def test_a_child_the_api_server_refuses_degrades_the_service_with_its_message(
         "limits": {"memory": "32Gi"},
     }
     apply(kubectl, tmp_path, service)
-    core = client.CoreV1Api(api_client)
 
     def degraded() -> Obj | None:
         conditions = _service(api_client, namespace).get("status", {}).get("conditions", [])
@@ -927,10 +934,8 @@ def test_a_child_the_api_server_refuses_degrades_the_service_with_its_message(
     condition = degraded()
     assert condition is not None and condition["status"] == "True"
     assert "must be less than or equal to memory limit" in condition["message"], condition
-    warnings = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={NAME},reason=ChildRefused"
-    ).items
-    assert [e.type for e in warnings] == ["Warning"]
+    (warning,) = _posted(api_client, namespace, "ChildRefused")
+    assert warning.startswith("Warning: ")
 
 
 def test_a_users_service_with_the_name_is_not_taken_over(
@@ -954,10 +959,7 @@ def test_a_users_service_with_the_name_is_not_taken_over(
     apply(kubectl, tmp_path, example(namespace))
 
     def warnings() -> list[str]:
-        found = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={NAME},reason=NameTaken"
-        ).items
-        return [f"{e.type}: {e.message}" for e in found]
+        return _posted(api_client, namespace, "NameTaken")
 
     wait(lambda: bool(warnings()), "a NameTaken Warning for the user's Service")
     assert warnings()[0].startswith(f"Warning: Service {namespace}/{NAME} already exists")
@@ -1013,13 +1015,9 @@ def test_a_forged_status_choice_is_refused_with_a_warning_and_rewritten(
         "patch", "specsvc", NAME, "-n", namespace, "--subresource=status", "--type=merge",
         "-p", patch,
     )  # fmt: skip
-    core = client.CoreV1Api(api_client)
 
     def refused() -> list[str]:
-        events = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={NAME},reason=StatusRefused"
-        ).items
-        return [f"{e.type}: {e.message}" for e in events]
+        return _posted(api_client, namespace, "StatusRefused")
 
     wait(lambda: bool(refused()), "a StatusRefused event for the forged status")
     (message,) = refused()
