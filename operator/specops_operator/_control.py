@@ -200,7 +200,14 @@ def _measurements(window: Window, decision: Decision, k: int) -> Obj:
         "windowSeconds": round(window.window_s),
         "concurrency": window.concurrency,
         "acceptanceLength": window.acceptance_length,
-        "acceptancePerPosition": list(window.acceptance_per_position) or None,
+        # Corrected for positions a per-batch-size table did not draft, as the controller
+        # reads it; the raw share accepted_i / drafts only where the decision measured none.
+        "acceptancePerPosition": list(
+            decision.window_acceptance.rates
+            if decision.window_acceptance is not None
+            else window.acceptance_per_position
+        )
+        or None,
         "tpotSeconds": window.tpot_s,
         "throughputTokensPerSecond": window.throughput_per_pod,
         "crossoverConcurrency": crossover,

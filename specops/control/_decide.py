@@ -250,7 +250,9 @@ class Decision:
     posterior (what the restart rule uses), and ``gain_s`` that gain over the expected
     regime, in seconds of full service, to set against ``restart_cost_s``.
     ``cost_measured`` says whether the step-time model has seen data or is the prior;
-    ``prior_crossovers`` are what the profile alone predicts, to set beside the measured.
+    ``prior_crossovers`` are what the profile alone predicts, to set beside the measured;
+    ``window_acceptance`` is this window's per-position acceptance, corrected for the
+    positions a per-batch-size table did not draft (None when the window measured none).
     """
 
     at: float
@@ -270,6 +272,7 @@ class Decision:
     crossover_bands: tuple[CrossoverBand, ...] = ()
     cost_measured: bool = False
     prior_crossovers: tuple[Crossover, ...] = ()
+    window_acceptance: AcceptanceCurve | None = None
 
 
 def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
@@ -317,6 +320,7 @@ class _Outcome:
     reason: str
     evaluation: _Evaluation | None = None
     new_regime: bool = False
+    window_acceptance: AcceptanceCurve | None = None
 
 
 def _holding(state: ControllerState, code: ReasonCode, why: str) -> _Outcome:
@@ -554,8 +558,9 @@ def _track(
     load: BatchDistribution,
     cost: LearnedCost,
     settings: ControlSettings,
-) -> tuple[ControllerState, Regime, bool]:
-    """The state with the window's regime and acceptance learnt; whether the regime is new."""
+) -> tuple[ControllerState, Regime, bool, AcceptanceCurve | None]:
+    """The state with the window's regime and acceptance learnt; whether the regime is new;
+    the window's acceptance (corrected for positions a table cut short; None if unmeasured)."""
     window_curve = _measure_acceptance(state, measured, load, cost, settings)
     regime, new_regime = track_regime(
         state.regime,
@@ -571,7 +576,7 @@ def _track(
     state = replace(state, regime=regime)
     if window_curve is not None:
         state = replace(state, acceptance=window_curve, acceptance_drafts=measured.num_drafts)
-    return state, regime, new_regime
+    return state, regime, new_regime, window_curve
 
 
 def _evaluate(
@@ -734,14 +739,15 @@ def _plan_measured(
             f"the window has {load.samples if load else 0} busy load samples, "
             f"fewer than the {settings.min_load_samples} a decision needs",
         )
-    state, regime, new_regime = _track(state, measured, load, cost, settings)
+    state, regime, new_regime, window = _track(state, measured, load, cost, settings)
     if regime.doubts > 0:
-        return _holding(
+        unconfirmed = _holding(
             state,
             ReasonCode.REGIME_UNCONFIRMED,
             f"the load or acceptance moved away from the current regime; waiting for "
             f"{settings.regime.confirmations} windows in a row to confirm a new one",
         )
+        return replace(unconfirmed, window_acceptance=window)
     acceptance = _acceptance_for_policy(state, regime, service)
     if acceptance is None:
         unknown = _holding(
@@ -750,11 +756,12 @@ def _plan_measured(
             f"acceptance is unknown (fewer than {settings.min_drafts} drafts measured and "
             f"no prior)",
         )
-        return replace(unknown, new_regime=new_regime)
+        return replace(unknown, new_regime=new_regime, window_acceptance=window)
     evaluation = _evaluate(
         state, regime, acceptance, measured, service, posterior, cost, settings, now
     )
-    return replace(_judge(state, evaluation, restart_cost, settings, now), new_regime=new_regime)
+    judged = _judge(state, evaluation, restart_cost, settings, now)
+    return replace(judged, new_regime=new_regime, window_acceptance=window)
 
 
 def _plan(
@@ -810,6 +817,7 @@ def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
         crossover_bands=evaluation.bands if evaluation is not None else (),
         cost_measured=outcome.state.cost_evidence.points > 0,
         prior_crossovers=evaluation.prior_crossovers if evaluation is not None else (),
+        window_acceptance=outcome.window_acceptance,
     )
 
 

@@ -26,6 +26,7 @@ from specops.policy import (
     SpecConfig,
     StepCostModel,
     cost_prior,
+    draft_reach,
 )
 
 COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
@@ -237,3 +238,25 @@ def test_one_reconfiguration_per_regime_change() -> None:
     assert len(regimes) == 3
     assert len(reconfigured_at) == 2
     assert 80 < reconfigured_at[0] < 160 < reconfigured_at[1]
+
+
+def test_the_window_acceptance_is_corrected_for_the_positions_a_table_did_not_draft() -> None:
+    """Under [[1,16,3],[17,64,1]] at batches around 20 most drafts propose one token: the
+    raw share accepted_i / drafts reads [0.80, 0.03, 0.02], as if later positions were
+    rarely accepted. The decision reports what the drafts that reached each position say."""
+    table = SpecConfig.table([[1, 16, 3], [17, 64, 1]], cap=3)
+    rates = (0.80, 0.56, 0.34)
+    # 90 % of the samples at batch 20 (k=1), 10 % at batch 8 (k=3); the drafts that reached
+    # positions 1 and 2 are those of batch 8, weighted by their steps' share of drafts.
+    load = BatchDistribution.from_samples([20] * 54 + [8] * 6)
+    state = ControllerState.initial(table)
+    reach = draft_reach(table, load, COST, 0.0)
+    drafts = 100_000.0
+    accepted = tuple(drafts * reach[i] * rates[i] for i in range(3))
+    window = ControlInput(
+        window_end=0, load=load, context_tokens=0, num_drafts=drafts, accepted_per_position=accepted
+    )
+    decision = decide(state, window, EAGLE, SETTINGS, 0)
+    assert accepted[1] / drafts < 0.1  # what the raw share would say
+    assert decision.window_acceptance is not None
+    assert decision.window_acceptance.rates == pytest.approx(rates, rel=0.05)
