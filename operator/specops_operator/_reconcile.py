@@ -31,9 +31,7 @@ __all__ = [
     "ChildWrite",
     "Outcome",
     "covers",
-    "foreign_child",
     "forget_turn",
-    "owned_by",
     "reconcile",
 ]
 
@@ -89,13 +87,13 @@ def _projection(shape: Any, obj: Any) -> Any:
     return obj
 
 
-def owned_by(obj: Mapping[str, Any], uid: str | None) -> bool:
+def _owned_by(obj: Mapping[str, Any], uid: str | None) -> bool:
     """Whether ``obj`` names the SpeculativeService with ``uid`` as its controller."""
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return uid is not None and any(r.get("uid") == uid and r.get("controller") for r in refs)
 
 
-def foreign_child(live: Mapping[str, Any]) -> str:
+def _foreign_child(live: Mapping[str, Any]) -> str:
     """The message for a child's name taken by an object that is not the service's."""
     meta = live.get("metadata", {})
     owners = [f"{r.get('kind')} {r.get('name')}" for r in meta.get("ownerReferences") or []]
@@ -180,8 +178,8 @@ def _reconcile(
     deployment: Obj | None = None
     for child in children:
         found = kube.get(child)
-        if found is not None and not owned_by(found, service.metadata.uid):
-            foreign.append(foreign_child(found))  # never adopt or overwrite it
+        if found is not None and not _owned_by(found, service.metadata.uid):
+            foreign.append(_foreign_child(found))  # never adopt or overwrite it
             continue
         action, live = _apply(kube, child, found)
         if action is not None:

@@ -16,9 +16,9 @@ from specops.sim._server import RUNNER_OPTIONS, ServerOptions, build_app
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
-    engine = SimulatedEngine(
+def _engine() -> SimulatedEngine:
+    """The served engine: GSM8K, EAGLE with k = 3, token ids kept."""
+    return SimulatedEngine(
         Workload(load_workload("gsm8k")),
         EngineConfig(
             served_model_name="llama",
@@ -26,6 +26,11 @@ async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
         ),
         track_tokens=True,
     )
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
+    engine = _engine()
     app = build_app(engine, ServerOptions("llama", MODEL, startup_delay_s=0.2))
     async with TestClient(TestServer(app, **RUNNER_OPTIONS)) as test_client:
         yield test_client
@@ -250,14 +255,7 @@ async def test_max_tokens_is_cut_to_the_room_the_prompt_leaves(
 async def test_a_busy_event_loop_does_not_slow_the_engines_steps() -> None:
     """The loop is blocked a few ms at a time (other handlers, a process waiting for a CPU):
     the engine keeps its own schedule, so the wall time is its steps' time, not more."""
-    engine = SimulatedEngine(
-        Workload(load_workload("gsm8k")),
-        EngineConfig(
-            served_model_name="llama",
-            speculative=parse('{"method": "eagle", "model": "d", "num_speculative_tokens": 3}'),
-        ),
-        track_tokens=True,
-    )
+    engine = _engine()
     stepped: list[float] = []
     step = engine.step
 
