@@ -768,7 +768,10 @@ class Measurements(CrdModel):
     acceptance_length: float | None = Field(default=None, ge=0)
     """vLLM's mean acceptance length: 1 + accepted / drafts."""
     acceptance_per_position: list[float] | None = Field(default=None, max_length=32)
-    """Fraction of drafts whose i-th token was accepted, per draft position."""
+    """Per draft position, the fraction of the drafts that proposed an i-th token whose i-th
+    token was accepted. Measured from vLLM's counters; under a per-batch-size table, which
+    drafts fewer positions at some batch sizes, the share of drafts reaching each position is
+    estimated from the table, the measured load and the step-time model."""
     tpot_seconds: float | None = Field(default=None, ge=0)
     """Mean time per output token."""
     throughput_tokens_per_second: float | None = Field(default=None, ge=0)
