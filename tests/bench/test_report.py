@@ -1,4 +1,12 @@
-from specops.bench import LoadTrace, RunResult, Segment, SegmentStats, evaluate_targets, oracle
+from specops.bench import (
+    DecisionRecord,
+    LoadTrace,
+    RunResult,
+    Segment,
+    SegmentStats,
+    evaluate_targets,
+    oracle,
+)
 
 
 def _stats(name: str, tokens: int, slo_share: float = 1.0) -> SegmentStats:
@@ -81,3 +89,30 @@ def test_speculation_must_go_off_and_back_on_within_three_windows() -> None:
     found = {t.trace: t for t in targets if t.target.startswith("crossover")}
     assert found["t:1:c200"].passed and "after 200 s" in found["t:1:c200"].detail
     assert not found["t:2:c4"].passed and "after 400 s" in found["t:2:c4"].detail
+
+
+def test_a_steady_run_may_move_once_from_day_zero_but_not_twice() -> None:
+    trace = TRACE.model_copy(update={"sweep": True})
+
+    def move(at: float) -> DecisionRecord:
+        return DecisionRecord(at, "Reconfigure", "off", "off", 0.1, "load is high")
+
+    def targets(*moves: float) -> bool:
+        runs = {
+            "k1": _run("k1", (100, 300)),
+            "specops": RunResult(
+                "specops",
+                "t",
+                _run("k1", (100, 300)).segments,
+                len(moves),
+                (),
+                tuple(move(at) for at in moves),
+                "llama3.1-8b-h100-eagle3",
+            ),
+        }
+        found = {t.target: t for t in evaluate_targets([oracle(trace, runs, ["k1"])])}
+        return found["no flapping: <= 1 reconfiguration per steady run (from day zero)"].passed
+
+    assert targets()
+    assert targets(3.0, 14.0)  # one in each of the two runs
+    assert not targets(3.0, 6.0)  # twice in the first
