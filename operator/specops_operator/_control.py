@@ -357,7 +357,7 @@ def plan_tick(
         fetched.observations,
         fetched.failures,
         window_s=float(spec.policy.evaluation_window_seconds),
-        configured_k=in_force.num_speculative_tokens,
+        in_force=in_force,
         now=now,
         pods_ready=pods_ready,
         kv_capacity_tokens=profile.kv_capacity(spec.speculation.method) if profile else None,

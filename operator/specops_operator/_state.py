@@ -20,7 +20,7 @@ from specops.api import (
 )
 from specops.control import ControllerState, Regime, Rollout
 from specops.errors import SpecValidationError
-from specops.policy import AcceptanceCurve, BatchDistribution, CostEvidence, SpecConfig
+from specops.policy import TERMS, AcceptanceCurve, BatchDistribution, CostEvidence, SpecConfig
 from specops.render import spec_config, speculation_choice
 
 __all__ = [
@@ -82,6 +82,7 @@ def _evidence_status(evidence: CostEvidence) -> StepTimeEvidence | None:
     if evidence.points == 0:
         return None
     return StepTimeEvidence(
+        terms=list(TERMS),
         gram=list(evidence.gram),
         moment=list(evidence.moment),
         intervals=evidence.points,
@@ -92,7 +93,9 @@ def _evidence_status(evidence: CostEvidence) -> StepTimeEvidence | None:
 
 
 def _evidence(saved: StepTimeEvidence | None) -> CostEvidence:
-    if saved is None:
+    """The saved evidence; none when it was gathered for other step-time terms (an older
+    operator's model), since its rows would be read as the wrong terms."""
+    if saved is None or saved.terms != list(TERMS) or len(saved.gram) != len(TERMS) ** 2:
         return CostEvidence()
     return CostEvidence(
         gram=tuple(saved.gram),

@@ -893,9 +893,11 @@ class RegimeStatus(CrdModel):
 class StepTimeEvidence(CrdModel):
     """Sufficient statistics of the measured step times (the posterior is rebuilt from them)."""
 
-    gram: list[float] = Field(max_length=64)
+    terms: list[Annotated[str, StringConstraints(max_length=32)]] = Field(default=[], max_length=16)
+    """The step-time terms, in the order of the rows (evidence of other terms is dropped)."""
+    gram: list[float] = Field(max_length=256)
     """The weighted sum of feature outer products, row by row."""
-    moment: list[float] = Field(max_length=8)
+    moment: list[float] = Field(max_length=16)
     """The weighted sum of features times step time."""
     intervals: int = Field(ge=0)
     """Measured intervals counted."""

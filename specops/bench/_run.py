@@ -44,7 +44,6 @@ from specops.observation import (
 from specops.policy import (
     Objective,
     ObjectiveKind,
-    ScheduleRange,
     SpecConfig,
 )
 from specops.profiles import PerformanceProfile, get_profile
@@ -178,13 +177,9 @@ def objective(service: ServiceSpec) -> Objective:
     return Objective(ObjectiveKind.GOODPUT, tpot_target_s=service.tpot_target_ms / 1e3)
 
 
-def initial_config(service: ServiceSpec, model: ServiceModel) -> SpecConfig:
-    """Day zero as the operator renders it: k = initial, as a one-range table where vLLM
-    takes one (so the controller can later retune the table without a new shape)."""
-    k = min(service.initial_k, service.k_max)
-    if model.table:
-        return SpecConfig(k, (ScheduleRange(1, model.max_batch, k),))
-    return SpecConfig.static(k)
+def initial_config(service: ServiceSpec) -> SpecConfig:
+    """Day zero as the operator renders a spec without an initial schedule: k = initial."""
+    return SpecConfig.static(min(service.initial_k, service.k_max))
 
 
 def controller_settings(service: ServiceSpec, spec: ControllerSpec) -> ControlSettings:
@@ -281,7 +276,7 @@ class _Pod:
         )
         self.history.add(snapshot_from_reading(parse_exposition(page.decode(), now)))
 
-    def window(self, now: float, configured_k: int, ready: bool) -> ControlInput:
+    def window(self, now: float, in_force: SpecConfig, ready: bool) -> ControlInput:
         config = ObserverConfig(
             namespace="bench",
             pod="engine",
@@ -299,7 +294,7 @@ class _Pod:
             [pod],
             [],
             window_s=self.window_s,
-            configured_k=configured_k,
+            in_force=in_force,
             now=now,
             pods_ready=ready,
             kv_capacity_tokens=self.kv_capacity,
@@ -377,7 +372,7 @@ def _run_trace(
         config = SpecConfig.static(service.k_max)
         rule = GoodputRule()
     else:
-        config = initial_config(service, model)
+        config = initial_config(service)
         state = ControllerState.initial(config)
     engine = SimulatedEngine(
         Workload(_phased(workload, trace), seed=service.seed),
@@ -439,9 +434,7 @@ def _run_trace(
                 pod.scrape(now)
             next_scrape += controller.scrape_s
         if state is not None and now >= next_window:
-            observation = pod.window(
-                now, state.config.num_speculative_tokens, ready=now >= engine.available_at
-            )
+            observation = pod.window(now, state.config, ready=now >= engine.available_at)
             decision = decide(state, observation, model, settings, now)
             state = decision.state
             decisions.append(
@@ -526,8 +519,10 @@ def run_policy(
     ]
     offset = 0.0
     timeline: list[tuple[float, int, int]] = []
+    decisions: list[DecisionRecord] = []
     for part, segment in zip(parts, trace.segments, strict=True):
         timeline.extend((t + offset, running, k) for t, running, k in part.timeline)
+        decisions.extend(replace(d, at=d.at + offset) for d in part.decisions)
         offset += segment.duration_s
     return RunResult(
         policy=policy.name,
@@ -538,6 +533,6 @@ def run_policy(
         ),
         restarts=sum(p.restarts for p in parts),
         timeline=tuple(timeline),
-        decisions=tuple(d for p in parts for d in p.decisions),
+        decisions=tuple(decisions),
         truth=truth.name,
     )

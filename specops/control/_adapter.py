@@ -21,7 +21,7 @@ from specops.observation import (
     PodObservation,
     WindowObservation,
 )
-from specops.policy import BatchDistribution, StepPoint
+from specops.policy import BatchDistribution, SpecConfig, StepPoint
 
 __all__ = ["ServiceWindow", "batch_distribution", "service_window"]
 
@@ -116,7 +116,9 @@ def _drafting_share(point: CostPointObservation) -> float:
 
 
 def _step_points(
-    used: Sequence[tuple[PodObservation, WindowObservation]], context_tokens: float
+    used: Sequence[tuple[PodObservation, WindowObservation]],
+    context_tokens: float,
+    table: bool,
 ) -> list[StepPoint]:
     """The pods' measured intervals as step-time points, oldest first; the proposed tokens
     per draft is the mean draft length.
@@ -142,6 +144,9 @@ def _step_points(
                     step_seconds=p.step_seconds,
                     steps=p.steps,
                     end=p.end,
+                    decoding=p.decoding if p.decoding > 0 else p.batch,
+                    table=table,
+                    spread=tuple(p.spread),
                 )
             )
     return sorted(points, key=lambda p: p.end)
@@ -186,7 +191,7 @@ def service_window(
     failures: Sequence[str],
     *,
     window_s: float,
-    configured_k: int,
+    in_force: SpecConfig,
     now: float,
     pods_ready: bool,
     kv_capacity_tokens: int | None = None,
@@ -195,9 +200,10 @@ def service_window(
     """Aggregate the pods' observations of the window closest to ``window_s``.
 
     ``failures`` are the pods (or the source) that gave no observation, as messages;
-    ``configured_k`` is the num_speculative_tokens in force (0: off); pods reporting
-    another k are left out.
+    ``in_force`` is the speculation the pods were given: pods reporting another k are
+    left out, and its table (if any) is what their steps ran under.
     """
+    configured_k = in_force.num_speculative_tokens
     skipped = list(failures)
     used: list[tuple[PodObservation, WindowObservation]] = []
     for pod in pods:
@@ -259,7 +265,7 @@ def service_window(
         num_drafts=drafts,
         accepted_per_position=accepted,
         pods_ready=pods_ready,
-        cost_points=tuple(_step_points(used, context)),
+        cost_points=tuple(_step_points(used, context, bool(in_force.per_batch_size))),
     )
     running = [
         (w.load.running.mean, float(w.load.running.samples)) for w in windows if w.load.running

@@ -9,8 +9,9 @@ acceptance prior, and vLLM's rule for whether a per-batch-size table applies.
 from __future__ import annotations
 
 from specops.control._decide import ServiceModel
-from specops.policy import AcceptanceCurve, cost_prior
+from specops.policy import AcceptanceCurve, StepShape, cost_prior
 from specops.profiles import PRIOR_ACCEPTANCE, PerformanceProfile, draft_family
+from specops.vllm import TABLE_STEP_PENALTY_FRACTION, TABLE_ZERO_ROW_DRAFT_POSITIONS
 
 __all__ = ["service_model"]
 
@@ -24,10 +25,20 @@ def service_model(
     data_parallel: int = 1,
     prior_acceptance: tuple[float, ...] | None = None,
 ) -> ServiceModel:
-    """The service's priors; ``prior_acceptance`` overrides the family's published curve."""
+    """The service's priors; ``prior_acceptance`` overrides the family's published curve.
+
+    What a table costs vLLM besides its k starts at the release's published share of the
+    profile's single-stream step.
+    """
+    cost = profile.cost_model(method, roofline=True)
+    single_stream = cost.step_time(StepShape(1, 0, 0))
     return ServiceModel(
         method=method,
-        cost=cost_prior(profile.cost_model(method, roofline=True)),
+        cost=cost_prior(
+            cost,
+            table_s=TABLE_STEP_PENALTY_FRACTION * single_stream,
+            zero_row_positions=TABLE_ZERO_ROW_DRAFT_POSITIONS,
+        ),
         max_batch=max_batch,
         per_batch_size=per_batch_size,
         data_parallel=data_parallel,

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specops.observation._names import Counter, Gauge, Hist
-from specops.observation._snapshot import Interval
+from specops.observation._snapshot import Histogram, Interval
 from specops.policy import StepCostModel, StepShape
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "cost_point",
     "fit_step_time",
     "prior_from_model",
+    "token_spread",
 ]
 
 
@@ -44,8 +45,12 @@ class CostPoint:
     ``batch`` the mean running requests per engine, ``drafted`` the draft tokens proposed
     per step, ``drafts`` the drafts (one per decoding request that drafted) per step,
     ``decoding`` the requests that decoded per step (each emits one token besides the
-    drafts it had accepted, so generated minus accepted tokens; running requests also
-    count those still prefilling), ``end`` when the interval ended.
+    drafts it had accepted, so generated minus accepted tokens, less the first tokens,
+    which prefills emit; running requests also count those still prefilling), ``end``
+    when the interval ended. ``spread`` is how
+    the batched tokens spread over the steps, as (tokens, share of steps) pairs from the
+    histogram's buckets: a few prefill steps among many short decode steps cost more
+    than steps of the mean size would, where compute binds.
     """
 
     batched_tokens: float
@@ -56,6 +61,7 @@ class CostPoint:
     drafts: float = 0.0
     decoding: float = 0.0
     end: float = 0.0
+    spread: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +104,48 @@ def cost_point(interval: Interval) -> CostPoint | None:
     accepted = interval.counters.get(Counter.ACCEPTED_TOKENS, 0.0)
     verified = drafted - accepted
     generated = interval.counters.get(Counter.GENERATION_TOKENS, 0.0)
+    first = interval.histograms.get(Hist.TTFT)
+    # A prefill's first token counts as generated but is no decoding step: left in, the
+    # drafting share would dip whenever requests arrive, as the prefill steps slow down,
+    # and the posterior would read that noise as what drafting costs.
+    decoded = generated - accepted - (first.count if first is not None else 0.0)
     steps = iteration.count
+    batched = (iteration.total + verified) / steps
     return CostPoint(
-        batched_tokens=(iteration.total + verified) / steps,
+        batched_tokens=batched,
         step_seconds=interval.seconds * interval.engines / steps,
         steps=steps,
         batch=(running_start + running_end) / 2 / interval.engines,
         drafted=drafted / steps,
         drafts=interval.counters.get(Counter.DRAFTS, 0.0) / steps,
-        decoding=max(generated - accepted, 0.0) / steps,
+        decoding=max(decoded, 0.0) / steps,
         end=interval.end,
+        spread=token_spread(iteration, batched),
     )
+
+
+def token_spread(iteration: Histogram, mean_tokens: float) -> tuple[tuple[float, float], ...]:
+    """(tokens, share of steps) per non-empty bucket of the tokens-per-step histogram.
+
+    Each bucket stands at its middle (the +Inf bucket at twice its lower bound), and every
+    value is scaled so the spread's mean is ``mean_tokens``: the histogram counts the
+    emitted tokens, the steps also verified the rejected drafts.
+    """
+    lower = 0.0
+    pairs: list[tuple[float, float]] = []
+    previous = 0.0
+    for bound, cumulative in zip(iteration.bounds, iteration.cumulative, strict=True):
+        count = cumulative - previous
+        previous = cumulative
+        upper = bound if math.isfinite(bound) else 2.0 * max(lower, 1.0)
+        if count > 0:
+            pairs.append(((lower + upper) / 2.0, count / iteration.count))
+        lower = bound
+    middle = sum(t * share for t, share in pairs)
+    if not pairs or middle <= 0:
+        return ()
+    scale = mean_tokens / middle
+    return tuple((t * scale, share) for t, share in pairs)
 
 
 def prior_from_model(

@@ -106,6 +106,10 @@ class CostPointObservation(_Model):
     drafts: float = 0.0
     decoding: float = 0.0
     end: float = 0.0
+    spread: list[tuple[float, float]] = Field(
+        default_factory=list,
+        description="Batched tokens per step and the share of steps there, by histogram bucket.",
+    )
 
 
 class StepTimeFitObservation(_Model):

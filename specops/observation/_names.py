@@ -54,6 +54,7 @@ class Hist(StrEnum):
     ITERATION_TOKENS = _checked("vllm:iteration_tokens_total", "histogram")
     TPOT = _checked("vllm:request_time_per_output_token_seconds", "histogram")
     ITL = _checked("vllm:inter_token_latency_seconds", "histogram")
+    TTFT = _checked("vllm:time_to_first_token_seconds", "histogram")
 
 
 ACCEPTED_PER_POSITION = _checked("vllm:spec_decode_num_accepted_tokens_per_pos", "counter")

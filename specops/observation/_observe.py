@@ -252,6 +252,7 @@ def _cost(
                 drafts=p.drafts,
                 decoding=p.decoding,
                 end=p.end,
+                spread=list(p.spread),
             )
             for p in points
         ],

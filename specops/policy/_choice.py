@@ -83,15 +83,16 @@ class SpeedModel:
     cost: StepTime
     acceptance: AcceptanceCurve
     context_tokens: float
-    _memo: dict[tuple[int, int], PointEstimate] = field(
+    _memo: dict[tuple[int, int, bool], PointEstimate] = field(
         default_factory=dict, compare=False, repr=False
     )
 
-    def point(self, batch: int, k: int) -> PointEstimate:
-        key = (batch, k)
+    def point(self, batch: int, k: int, table: bool = False) -> PointEstimate:
+        """One step at ``batch`` with ``k`` drafts, under a per-batch-size table or not."""
+        key = (batch, k, table)
         found = self._memo.get(key)
         if found is None:
-            shape = StepShape(batch, k, round(batch * self.context_tokens))
+            shape = StepShape(batch, k, round(batch * self.context_tokens), table=table)
             found = PointEstimate(
                 batch, k, self.cost.step_time(shape), self.acceptance.expected_tokens(k)
             )
@@ -131,7 +132,8 @@ def crossovers(model: SpeedModel, ks: Sequence[int], max_batch: int) -> tuple[Cr
 def best_k_by_batch(
     model: SpeedModel, ks: Sequence[int], max_batch: int, tolerance: float = 0.005
 ) -> tuple[int, ...]:
-    """Best k for each batch 1..max_batch; within ``tolerance`` of the best, the smallest k.
+    """Best k for each batch 1..max_batch under a table; within ``tolerance`` of the best,
+    the smallest k.
 
     Preferring the shorter k on a near-tie drafts less for the same speed and keeps the
     table to fewer ranges.
@@ -139,10 +141,9 @@ def best_k_by_batch(
     ordered = sorted(ks)
     best: list[int] = []
     for b in range(1, max_batch + 1):
-        top = max(model.point(b, k).throughput for k in ordered)
-        best.append(
-            next(k for k in ordered if model.point(b, k).throughput >= top * (1 - tolerance))
-        )
+        speeds = {k: model.point(b, k, table=True).throughput for k in ordered}
+        top = max(speeds.values())
+        best.append(next(k for k in ordered if speeds[k] >= top * (1 - tolerance)))
     return tuple(best)
 
 
@@ -178,8 +179,9 @@ def predict(
 ) -> Prediction:
     throughput = tpot = goodput = 0.0
     target = objective.tpot_target_s
+    table = bool(config.per_batch_size)
     for batch, weight in load.weights:
-        point = model.point(batch, config.k_for_batch(batch))
+        point = model.point(batch, config.k_for_batch(batch), table)
         throughput += weight * point.throughput
         tpot += weight * point.tpot_s
         if target is None or point.tpot_s <= target:
@@ -295,14 +297,13 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
     current = predict(inputs.current, inputs.load, model, inputs.objective)
     schedule = inputs.per_batch_size
 
+    # Every single k, and where vLLM takes one the best table: a table costs vLLM more
+    # than its k (the cost model prices that), so it must beat one k, not only off.
+    configs = [SpecConfig.static(k) for k in ks]
     if schedule:
         ranges = merge_ranges(best_k_by_batch(model, (0, *ks), inputs.max_batch))
-        if len(ranges) == 1:
-            configs = [SpecConfig.static(ranges[0].k)]
-        else:
-            configs = [SpecConfig(max(r.k for r in ranges), ranges)]
-    else:
-        configs = [SpecConfig.static(k) for k in ks]
+        if len(ranges) > 1:
+            configs.append(SpecConfig(max(r.k for r in ranges), ranges))
     candidates = (off, *(predict(c, inputs.load, model, inputs.objective) for c in configs))
     best = off
     for candidate in candidates[1:]:
@@ -327,7 +328,7 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
             f"{cross_words}. Off also frees the draft model's memory for KV cache."
         )
         best = off
-    elif schedule:
+    elif best.config.per_batch_size:
         reason = (
             f"per-batch-size table {best.config.describe()}: the best k at each batch size, "
             f"capped by num_speculative_tokens; crossovers {cross_words}. At the observed load "
@@ -344,8 +345,13 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
             if runner_up is not None
             else ""
         )
+        why_one = (
+            "no table it could run beats it by what a table costs"
+            if schedule
+            else inputs.one_k_reason
+        )
         reason = (
-            f"one k, {best.config.describe()} ({inputs.one_k_reason}): at the observed load "
+            f"one k, {best.config.describe()} ({why_one}): at the observed load "
             f"({load_words}) it predicts {gain:+.1%} {goal} over no speculation{runner_words}; "
             f"crossovers {cross_words}."
         )

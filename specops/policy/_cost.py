@@ -24,13 +24,16 @@ class StepShape:
     """What one step processes: B decoding requests, k drafts each, their contexts.
 
     ``prefill_tokens`` are prompt tokens computed in the same step (chunked prefill): the
-    target forward pays for them like any batched token, the drafter does not.
+    target forward pays for them like any batched token, the drafter does not. ``table``:
+    the step runs under a per-batch-size table, which costs vLLM something besides its k
+    (a learned model prices that; the profile's roofline does not know it).
     """
 
     batch: int
     k: int
     context_tokens: int
     prefill_tokens: int = 0
+    table: bool = False
 
     def __post_init__(self) -> None:
         if min(self.batch, self.k, self.context_tokens, self.prefill_tokens) < 0:

@@ -12,7 +12,11 @@ terms, each a physical cost with its own coefficient::
       + per_position   * k                     the draft's sequential passes
       + per_drafted    * B k                   drafting and verifying each proposed token
       + speculating    * [k > 0]               the draft's and the sampler's fixed cost
+      + table          * [a table is set]      what a per-batch-size table costs vLLM
 
+A k = 0 row of a table still drafts (``zero_row_positions`` passes, a fact of the vLLM
+release the caller passes in): its steps are priced as drafts of that length, so a table
+that turns drafting "off" at high batch is weighed against speculation really off.
 The coefficients have a Gaussian prior derived from the profile (its roofline: the
 weights read, the FLOPs per token, the draft's cost) with wide standard deviations, and
 a conjugate Gaussian posterior from measured (features, step time) points. Points at one
@@ -50,22 +54,27 @@ TERMS = (
     "per_position",
     "per_drafted",
     "speculating",
+    "table",
 )
 _DIM = len(TERMS)
 _TRIES = 64
 # Feature units keep the normal equations well conditioned: seconds per 1 (fixed), per
 # 1000 batched tokens, per 1e6 context tokens, per draft position.
-_SCALE = (1.0, 1e-3, 1e-6, 1e-3, 1e-3, 1.0, 1e-3, 1.0)
+_SCALE = (1.0, 1e-3, 1e-6, 1e-3, 1e-3, 1.0, 1e-3, 1.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
 class StepPoint:
     """One measured interval: the mean features of its steps and their mean time.
 
-    ``batch`` is the mean number of running requests; ``drafted`` the proposed tokens per
-    step (B k summed); ``positions`` the mean draft length on a step, 0 for steps that did
-    not draft; ``speculating`` the share of steps that drafted; ``end`` when the interval
-    ended, so a point is counted once.
+    ``drafted`` is the proposed tokens per step (B k summed); ``positions`` the mean draft
+    length on a step, 0 for steps that did not draft; ``speculating`` the share of steps
+    that drafted; ``end`` when the interval ended, so a point is counted once. ``table``:
+    the steps ran under a per-batch-size table, where a decoding step that proposed
+    nothing ran a k = 0 row; ``decoding`` the requests decoding per step, which such a row
+    still drafts for. ``spread``: (batched tokens, share of steps) pairs of how the steps'
+    sizes spread around the mean, so the knee's terms are the mean of each step's (a few
+    prefill steps past the knee among short decode steps), not of the mean step's.
     """
 
     batched_tokens: float
@@ -76,32 +85,46 @@ class StepPoint:
     step_seconds: float
     steps: float
     end: float
+    decoding: float = 0.0
+    table: bool = False
+    spread: tuple[tuple[float, float], ...] = ()
 
 
 def _features(
-    batched: float, context: float, positions: float, drafted: float, spec: float, knee: float
+    batched: float,
+    context: float,
+    positions: float,
+    drafted: float,
+    spec: float,
+    table: bool,
+    knee: float,
+    spread: Sequence[tuple[float, float]] = (),
 ) -> tuple[float, ...]:
+    sizes = spread or ((batched, 1.0),)
     raw = (
         1.0,
         batched,
         context,
-        max(0.0, batched - knee),
-        max(0.0, batched - 2.0 * knee),
+        sum(share * max(0.0, n - knee) for n, share in sizes),
+        sum(share * max(0.0, n - 2.0 * knee) for n, share in sizes),
         positions,
         drafted,
         spec,
+        1.0 if table else 0.0,
     )
     return tuple(x * s for x, s in zip(raw, _SCALE, strict=True))
 
 
-def _shape_features(shape: StepShape, knee: float) -> tuple[float, ...]:
-    drafting = shape.k > 0 and shape.batch > 0
+def _shape_features(shape: StepShape, knee: float, zero_row: int) -> tuple[float, ...]:
+    positions = shape.k if shape.k > 0 or not shape.table else zero_row
+    drafting = positions > 0 and shape.batch > 0
     return _features(
         float(shape.batched_tokens),
         float(shape.context_tokens),
-        float(shape.k) if drafting else 0.0,
-        float(shape.batch * shape.k),
+        float(positions) if drafting else 0.0,
+        float(shape.batch * positions) if drafting else 0.0,
         1.0 if drafting else 0.0,
+        shape.table,
         knee,
     )
 
@@ -113,21 +136,33 @@ class CostPrior:
     ``noise`` is the relative error of one interval's mean step time that no term
     explains (step-to-step jitter over ``steps`` steps plus the model's own misfit,
     ``misfit``, which does not average away); ``outlier_ratio`` how far from the
-    prediction so far a point may lie before it is taken for a broken interval.
+    prediction so far a point may lie before it is taken for a broken interval;
+    ``zero_row_positions`` the draft passes a k = 0 row of a table still runs.
     """
 
     mean: tuple[float, ...]
     stddev: tuple[float, ...]
     knee_tokens: float
+    zero_row_positions: int = 0
     noise: float = 0.05
     misfit: float = 0.02
     outlier_ratio: float = 3.0
 
 
 def cost_prior(
-    model: StepCostModel, *, relative_stddev: float = 0.5, floor_fraction: float = 0.5
+    model: StepCostModel,
+    *,
+    table_s: float = 0.0,
+    zero_row_positions: int = 0,
+    relative_stddev: float = 0.5,
+    floor_fraction: float = 0.5,
 ) -> CostPrior:
     """The profile's cost model as a prior over the terms, each with its uncertainty.
+
+    ``table_s`` (what a step under a table costs besides its k) and ``zero_row_positions``
+    are the release's, not the profile's: the profile is fitted without a table. The
+    table term's deviation is its own mean: it is known from one published figure, and
+    measured only where the service runs both with and without a table.
 
     The knee is where the profile's roofline turns compute-bound (the weights read
     equals the FLOPs at peak); without a roofline the knee is put at 256 tokens and its
@@ -152,28 +187,34 @@ def cost_prior(
         0.0,
         draft.c_tok,
         draft.t_fixed + lookup,
+        table_s,
     )
     mean = tuple(m / s for m, s in zip(raw_mean, _SCALE, strict=True))
     floors = [math.inf] * _DIM
     for batch in (32, 256):
         shape = StepShape(batch, 3, batch * 1024)
         seconds = model.step_time(shape)
-        for i, x in enumerate(_shape_features(shape, knee)):
+        for i, x in enumerate(_shape_features(shape, knee, zero_row_positions)):
             if x > 0:
                 floors[i] = min(floors[i], floor_fraction * seconds / x)
-    stddev = tuple(
-        max(relative_stddev * abs(m), floor) for m, floor in zip(mean, floors, strict=True)
+    stddev = [max(relative_stddev * abs(m), floor) for m, floor in zip(mean, floors, strict=True)]
+    table = TERMS.index("table")
+    stddev[table] = max(mean[table], 1e-6)
+    return CostPrior(
+        mean=mean,
+        stddev=tuple(stddev),
+        knee_tokens=knee,
+        zero_row_positions=zero_row_positions,
     )
-    return CostPrior(mean=mean, stddev=stddev, knee_tokens=knee)
 
 
 @dataclass(frozen=True, slots=True)
 class CostEvidence:
     """Sufficient statistics of the measured points: sum of w x x' and of w x y.
 
-    ``gram`` is the 8 x 8 matrix row by row; ``until`` the end of the newest point
-    counted, so a window that overlaps the last one adds only its new points; ``ks`` the
-    draft lengths the points ran (0: no drafting).
+    ``gram`` is the matrix of ``TERMS`` by ``TERMS``, row by row; ``until`` the end of the
+    newest point counted, so a window that overlaps the last one adds only its new points;
+    ``ks`` the draft lengths the points ran (0: speculation off).
     """
 
     gram: tuple[float, ...] = (0.0,) * (_DIM * _DIM)
@@ -192,7 +233,7 @@ class CostEvidence:
         term at once.
         """
         fresh = [
-            (p, _point_features(p, prior.knee_tokens))
+            (p, _point_features(p, prior))
             for p in points
             if p.end > self.until and p.steps > 0 and p.step_seconds > 0
         ]
@@ -210,10 +251,7 @@ class CostEvidence:
                 moment[i] += w * x[i] * p.step_seconds
                 for j in range(_DIM):
                     gram[i * _DIM + j] += w * x[i] * x[j]
-        ks = {
-            *self.ks,
-            *(round(p.positions / p.speculating) if p.speculating else 0 for p, _ in fresh),
-        }
+        ks = {*self.ks, *(k for p, _ in fresh if (k := _k_ran(p)) is not None)}
         return CostEvidence(
             gram=tuple(gram),
             moment=tuple(moment),
@@ -224,14 +262,28 @@ class CostEvidence:
         )
 
 
-def _point_features(point: StepPoint, knee: float) -> tuple[float, ...]:
+def _k_ran(point: StepPoint) -> int | None:
+    """The draft length a point's steps ran: 0 for speculation off, None for a table's
+    k = 0 rows, which still draft and so are not a measurement of off."""
+    if point.speculating:
+        return round(point.positions / point.speculating)
+    return None if point.table else 0
+
+
+def _point_features(point: StepPoint, prior: CostPrior) -> tuple[float, ...]:
+    """The point's features; under a table, the decoding steps that proposed nothing ran a
+    k = 0 row, which still drafted ``zero_row_positions`` for every decoding request."""
+    zero_rows = (1.0 - point.speculating) if point.table and point.decoding > 0 else 0.0
+    extra = zero_rows * prior.zero_row_positions
     return _features(
         point.batched_tokens,
         point.context_tokens,
-        point.positions,
-        point.drafted,
-        point.speculating,
-        knee,
+        point.positions + extra,
+        point.drafted + extra * point.decoding,
+        point.speculating + (zero_rows if extra > 0 else 0.0),
+        point.table,
+        prior.knee_tokens,
+        point.spread,
     )
 
 
@@ -304,6 +356,7 @@ class LearnedCost:
     coefficients: tuple[float, ...]
     knee_tokens: float
     floor_s: float
+    zero_row_positions: int = 0
 
     def seconds(self, features: Sequence[float]) -> float:
         """The step time of a step with these (scaled) features, never below the floor."""
@@ -311,7 +364,7 @@ class LearnedCost:
         return max(seconds, self.floor_s)
 
     def step_time(self, shape: StepShape) -> float:
-        return self.seconds(_shape_features(shape, self.knee_tokens))
+        return self.seconds(_shape_features(shape, self.knee_tokens, self.zero_row_positions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +398,12 @@ class CostPosterior:
 
     def _model(self, coefficients: Sequence[float]) -> LearnedCost:
         floor = 0.2 * self.prior.mean[0] * _SCALE[0]
-        return LearnedCost(tuple(coefficients), self.prior.knee_tokens, max(floor, 1e-5))
+        return LearnedCost(
+            tuple(coefficients),
+            self.prior.knee_tokens,
+            max(floor, 1e-5),
+            self.prior.zero_row_positions,
+        )
 
     def model(self) -> LearnedCost:
         return self._model(self.mean)
@@ -354,7 +412,9 @@ class CostPosterior:
         """Posterior standard deviation of the step time of ``shape``."""
         x = [
             0.0 if i in self._pinned else v
-            for i, v in enumerate(_shape_features(shape, self.prior.knee_tokens))
+            for i, v in enumerate(
+                _shape_features(shape, self.prior.knee_tokens, self.prior.zero_row_positions)
+            )
         ]
         # Var = x' P^-1 x = |L^-1 x|^2
         y = [0.0] * _DIM

@@ -88,25 +88,22 @@ def _config(k: int, ranges: list[BatchSizeRange] | None) -> SpecConfig:
 
 
 def speculation_from_spec(spec: SpeculativeServiceSpec) -> SpecConfig:
-    """The starting point: Off, or k = initial, with the initial schedule when enabled.
+    """The starting point: Off, or k = initial, or the initial schedule when one is given.
 
-    Beyond data-parallel 1 vLLM ignores the table and drafts its largest k at every batch
-    size, so the table is not rendered there and k is that largest k, as vLLM would run it.
+    Without an initial schedule the start is one k, not a one-range table: vLLM runs the
+    same k either way, but a table costs it PIECEWISE CUDA graphs at every step (vLLM
+    #49548). Beyond data-parallel 1 vLLM ignores the table and drafts its largest k at
+    every batch size, so the table is not rendered there and k is that largest k, as vLLM
+    would run it.
     """
     speculation = spec.speculation
     if speculation.mode == "Off":
         return SpecConfig.off()
-    k = speculation.num_speculative_tokens.initial
-    if speculation.per_batch_size_schedule and speculation.initial_schedule:
-        k = max(r.num_speculative_tokens for r in speculation.initial_schedule)
-    if not speculation.per_batch_size_schedule or data_parallel_size(spec) != 1:
-        return _config(k, None)
-    ranges = speculation.initial_schedule or [
-        BatchSizeRange(
-            min_batch_size=1, max_batch_size=spec.engine.max_num_seqs, num_speculative_tokens=k
-        )
-    ]
-    return _config(k, ranges)
+    schedule = speculation.initial_schedule if speculation.per_batch_size_schedule else None
+    if not schedule:
+        return _config(speculation.num_speculative_tokens.initial, None)
+    k = max(r.num_speculative_tokens for r in schedule)
+    return _config(k, schedule if data_parallel_size(spec) == 1 else None)
 
 
 def speculation_choice(config: SpecConfig) -> SpeculationChoice:

@@ -102,6 +102,13 @@ DYNAMIC_SCHEDULE_METHODS: frozenset[str] = frozenset(
     {"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"}
 )
 
+# What a per-batch-size table costs besides its k (vLLM #49548, vllm-ascend #16638): the
+# forward runs PIECEWISE CUDA graphs, measured at 14 % of a single-stream step, and a k = 0
+# row still runs one draft pass (and keeps the lookahead slots), so it is not speculation
+# off. The controller starts from these and measures the rest.
+TABLE_STEP_PENALTY_FRACTION = 0.14
+TABLE_ZERO_ROW_DRAFT_POSITIONS = 1
+
 BatchSizeSchedule = tuple[tuple[int, int, int], ...]
 
 

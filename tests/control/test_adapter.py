@@ -32,7 +32,13 @@ def _window(
     pods: Sequence[PodObservation], failures: Sequence[str] = (), k: int = 3, **kwargs: Any
 ) -> ServiceWindow:
     return service_window(
-        pods, failures, window_s=300.0, configured_k=k, now=NOW, pods_ready=True, **kwargs
+        pods,
+        failures,
+        window_s=300.0,
+        in_force=SpecConfig.static(k),
+        now=NOW,
+        pods_ready=True,
+        **kwargs,
     )
 
 

@@ -105,7 +105,7 @@ async def drive_decisions(
                 fetched.observations,
                 fetched.failures,
                 window_s=_WINDOW_S,
-                configured_k=state.config.num_speculative_tokens,
+                in_force=state.config,
                 now=now,
                 pods_ready=state.config == running,  # the engine keeps running its config
                 kv_capacity_tokens=profile.kv_capacity("eagle3"),

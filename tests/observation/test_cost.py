@@ -56,6 +56,28 @@ def test_point_uses_verified_tokens_and_wall_time_per_engine() -> None:
     assert point.decoding == pytest.approx(8) and point.drafts == pytest.approx(8)
 
 
+def test_first_tokens_of_prefills_are_not_decode_steps_and_sizes_keep_their_spread() -> None:
+    engine = FakeVllm(k=3)
+    engine.load(running=8)
+    before = snapshot_from_reading(parse_exposition(engine.page(), 100.0))
+    # 190 decode steps of 8 requests, and 10 steps that each finished a 600-token prefill,
+    # whose first token is counted as generated but drafted nothing.
+    engine.steps([8 * 2.5] * 190 + [600.0] * 10)
+    engine.draft(1520, [1140, 760, 380])
+    engine._m("vllm:generation_tokens", 0).inc(10)
+    for _ in range(10):
+        engine._m("vllm:time_to_first_token_seconds", 0).observe(0.2)
+    after = snapshot_from_reading(parse_exposition(engine.page(), 110.0))
+    point = cost_point(interval_between(before, after))
+    assert point is not None
+    assert point.decoding == pytest.approx(1520 / 200) == pytest.approx(point.drafts)
+    # the prefill steps stand apart from the decode steps, at the mean's scale
+    (small, small_share), *_, (large, large_share) = point.spread
+    assert small_share == pytest.approx(0.95) and large_share == pytest.approx(0.05)
+    assert large > 10 * small
+    assert sum(n * w for n, w in point.spread) == pytest.approx(point.batched_tokens)
+
+
 def test_idle_or_restarted_intervals_give_no_point() -> None:
     engine = FakeVllm(k=1)
     engine.load(running=0)

@@ -26,7 +26,8 @@ def test_page_keeps_only_the_series_the_estimators_read() -> None:
     assert "vllm:spec_decode_num_drafts_total" in names
     assert "vllm:iteration_tokens_total_bucket" in names
     assert not any(n.endswith("_created") for n in names)
-    assert "vllm:time_to_first_token_seconds_bucket" not in names
+    assert "vllm:e2e_request_latency_seconds_bucket" not in names
+    assert "vllm:time_to_first_token_seconds_bucket" in names  # first tokens are no decode steps
     per_pos = {
         s.labels["position"]: s.value
         for s in reading.series

@@ -61,7 +61,12 @@ def test_healthy_readings_are_valid() -> None:
 def _held(pod: PodObservation) -> str:
     """The controller's decision on this one pod: it must hold, and it says why."""
     window = service_window(
-        [pod], (), window_s=300.0, configured_k=3, now=pod.observed_at, pods_ready=True
+        [pod],
+        (),
+        window_s=300.0,
+        in_force=SpecConfig.static(3),
+        now=pod.observed_at,
+        pods_ready=True,
     )
     assert not window.available and window.reason == "MetricsImpossible"
     state = ControllerState.initial(SpecConfig.static(3))

@@ -107,6 +107,21 @@ def test_the_state_survives_status_and_json() -> None:
     ]
 
 
+def test_evidence_saved_for_other_step_time_terms_is_dropped() -> None:
+    # An older operator saved 8 terms without naming them: its rows are not these terms.
+    wire = save_state(_full_state()).model_dump(by_alias=True, mode="json")
+    assert wire["stepTimeEvidence"]["terms"][-1] == "table"
+    old = wire["stepTimeEvidence"]
+    wire["stepTimeEvidence"] = {
+        **{k: v for k, v in old.items() if k != "terms"},
+        "gram": old["gram"][:64],
+        "moment": old["moment"][:8],
+    }
+    restored = restore_state(ControllerStatus.model_validate(wire), TABLE, _any)
+    assert restored.cost_evidence == CostEvidence()
+    assert restored.acceptance == _full_state().acceptance
+
+
 def test_a_state_for_another_config_restarts_from_the_spec_config() -> None:
     state = _full_state()
     restored = restore_state(save_state(state), SpecConfig.static(2), _any)

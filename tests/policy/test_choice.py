@@ -17,6 +17,7 @@ from specops.policy import (
     SpecConfig,
     SpeedModel,
     StepCostModel,
+    StepShape,
     best_k_by_batch,
     choose,
     crossovers,
@@ -74,11 +75,30 @@ def test_best_k_per_batch_and_merged_table() -> None:
 
 
 def test_schedule_methods_get_the_table_with_its_cap() -> None:
-    choice = choose(_inputs({4: 1.0}, table=True))
+    # B=1 is best at k=2 and B=4 at k=1: the table beats both single k's on this load.
+    choice = choose(_inputs({1: 0.5, 4: 0.5}, table=True))
     assert choice.schedule
     assert choice.config == SpecConfig.table([[1, 2, 2], [3, 9, 1], [10, 64, 0]])
     assert choice.config.num_speculative_tokens == 2
     assert "per-batch-size table" in choice.reason
+
+
+class _TableCharged:
+    """COST, plus 1 ms per step while a table is set (as vLLM's PIECEWISE graphs cost)."""
+
+    def step_time(self, shape: StepShape) -> float:
+        return COST.step_time(shape) + (0.001 if shape.table else 0.0)
+
+
+def test_a_table_that_runs_one_k_at_this_load_loses_to_that_k() -> None:
+    # At B=4 the best table drafts k=1, as k=1 alone does; the table's own cost decides.
+    free = choose(_inputs({4: 1.0}, table=True))
+    charged = choose(_inputs({4: 1.0}, table=True, cost=_TableCharged()))
+    assert free.config == charged.config == SpecConfig.static(1)
+    assert "no table it could run beats it" in charged.reason
+    (table,) = [c for c in charged.candidates if c.config.per_batch_size]
+    assert table.config.k_for_batch(4) == 1
+    assert table.throughput == pytest.approx(4 * 1.5 / 0.019)
 
 
 def test_one_k_when_no_table_applies() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from specops.policy import (
@@ -107,3 +109,51 @@ def test_a_point_far_from_every_prediction_is_taken_for_a_broken_interval() -> N
     evidence = CostEvidence().add([*good, broken], prior)
     assert evidence.points == 1
     assert evidence.until == good[0].end
+
+
+TABLE_S = 1.5e-3  # what the engine below charges per step while a table is set
+
+
+def _under_table(batch: int, k: int) -> float:
+    """The same engine under a table: its own cost per step, and a k = 0 row drafts once."""
+    return _truth(batch, k or 1) - (0.0 if k else 2.0e-5 * batch) + TABLE_S
+
+
+def _table_points(rows: list[tuple[int, int]], start: float) -> list[StepPoint]:
+    return [
+        StepPoint(
+            batched_tokens=b * (k + 1),
+            context_tokens=b * CONTEXT,
+            positions=k,
+            drafted=b * k,
+            speculating=1.0 if k else 0.0,
+            step_seconds=_under_table(b, k),
+            steps=100,
+            end=start + i,
+            decoding=b,
+            table=True,
+        )
+        for i, (b, k) in enumerate(rows)
+    ]
+
+
+def test_a_table_and_its_zero_rows_are_priced_from_runs_with_and_without_one() -> None:
+    # One draft position per zero row (vLLM's), the table's own cost a wrong prior at first.
+    prior = cost_prior(PROFILE, table_s=0.5e-3, zero_row_positions=1)
+    rows = [(1, 3), (4, 3), (16, 3), (64, 3), (128, 0), (200, 0), (256, 0)]
+    evidence = CostEvidence().add(_table_points(rows, 0.0), prior)
+    # the zero rows ran under a table: they say nothing of speculation off
+    assert evidence.ks == (3,)
+    evidence = evidence.add(_points(0, [64, 128, 200, 256], start=100.0), prior)
+    evidence = evidence.add(_points(3, [1, 4, 16, 64], start=200.0), prior)
+    assert evidence.ks == (0, 3)
+    model = CostPosterior.of(prior, evidence).model()
+    off = model.step_time(StepShape(200, 0, 200 * CONTEXT))
+    zero_row = model.step_time(StepShape(200, 0, 200 * CONTEXT, table=True))
+    assert off == pytest.approx(_truth(200, 0), rel=0.03)
+    # the zero row costs a draft pass and the table's own cost over speculation off
+    assert zero_row - off == pytest.approx(_under_table(200, 0) - _truth(200, 0), rel=0.15)
+    on = StepShape(16, 3, 16 * CONTEXT)
+    assert model.step_time(replace(on, table=True)) - model.step_time(on) == pytest.approx(
+        TABLE_S, rel=0.3
+    )

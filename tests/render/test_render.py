@@ -151,8 +151,19 @@ def test_per_batch_size_schedule_and_ngram_keys_reach_vllm() -> None:
     }
     args = _args(_render(spec))
     config = SpeculativeConfig.from_json(args[args.index("--speculative-config") + 1])
-    assert config.num_speculative_tokens_per_batch_size == ((1, 256, 3),)
+    # without an initial schedule day zero is one k: a one-range table runs the same k
+    # and costs vLLM PIECEWISE graphs
+    assert config.num_speculative_tokens_per_batch_size is None
+    assert config.num_speculative_tokens == 3
     assert (config.prompt_lookup_min, config.prompt_lookup_max, config.model) == (2, 4, None)
+    spec["speculation"]["initialSchedule"] = [
+        {"minBatchSize": 1, "maxBatchSize": 32, "numSpeculativeTokens": 4},
+        {"minBatchSize": 33, "maxBatchSize": 256, "numSpeculativeTokens": 1},
+    ]
+    args = _args(_render(spec))
+    config = SpeculativeConfig.from_json(args[args.index("--speculative-config") + 1])
+    assert config.num_speculative_tokens_per_batch_size == ((1, 32, 4), (33, 256, 1))
+    assert config.num_speculative_tokens == 4
 
 
 def test_prometheus_source_and_pod_monitor() -> None:
