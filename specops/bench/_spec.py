@@ -132,7 +132,7 @@ class ControllerSpec(_Spec):
     scrape_s: float = Field(default=2.0, gt=0)
     min_dwell_s: float = Field(default=300.0, ge=0)
     max_reconfigurations_per_hour: int = Field(default=4, ge=0)
-    margin: float = Field(default=2.0, ge=0)
+    margin: float = Field(default=1.5, ge=0)
     min_gain: float = Field(default=0.03, ge=0)
     regime_min_s: float = Field(default=300.0, ge=0)
     regime_max_s: float = Field(default=3600.0, gt=0)

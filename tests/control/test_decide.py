@@ -43,6 +43,7 @@ SETTINGS = ControlSettings(
     min_drafts=1000,
     confidence_z=0.0,
     rollout_timeout_s=900.0,
+    margin=2.0,
 )
 GAIN_K3_TO_K1 = (6 / 18) / (7.5 / 26) - 1
 
