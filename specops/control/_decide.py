@@ -301,10 +301,13 @@ class _Evaluation:
     mean_gain: float
     horizon: float
     probe: bool
+    upside: float | None = None
 
     @property
     def gain(self) -> float:
-        """The gain the restart rule weighs."""
+        """The gain the restart rule weighs: a probe of off is weighed at its upside."""
+        if self.upside is not None:
+            return self.upside
         return self.mean_gain if self.probe else self.likely
 
     @property
@@ -598,11 +601,12 @@ def _evaluate(
     under the posterior, and the crossovers the profile alone predicts, to set beside the
     measured ones."""
     choice = _policy(state, regime, acceptance, measured, service, cost, settings)
+    draws = posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
     likely, bands = _under_posterior(
         choice,
         state.config,
         regime.load,
-        posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points),
+        draws,
         measured.context_tokens,
         settings,
         service.max_batch,
@@ -618,7 +622,73 @@ def _evaluate(
     mean_gain = choice.gain_over_current
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
     probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
-    return _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
+    evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
+    return _probe_off(state, evaluation, regime.load, draws, measured.context_tokens, settings)
+
+
+def _probe_off(
+    state: ControllerState,
+    evaluation: _Evaluation,
+    load: BatchDistribution,
+    draws: tuple[LearnedCost, ...],
+    context_tokens: float,
+    settings: ControlSettings,
+) -> _Evaluation:
+    """The evaluation, or a probe of speculation off when off was never measured and may
+    well beat what runs now.
+
+    While every step drafts, the draft's fixed cost and the target's cannot be told
+    apart: both are paid on every step. What off would cost then comes from the prior's
+    split, and on an engine unlike the profile that split can keep a losing k for ever.
+    So off is tried once where the posterior mean itself expects off to pay over the
+    config in force (the draws are no better guide there: their truncation at 0 leans
+    along the very split in doubt), off beats the policy's choice with the chance the
+    asked confidence leaves (the choice wins only on the unmeasured split), and the
+    experiment is worth it under the posterior draws: what off may gain over the choice
+    through the expected
+    regime (the draws' mean where it wins) beats the restart (with the margin) and what it
+    may lose until it can be taken back (the mean where it loses, over the minimum dwell).
+    Its windows measure the target alone, and a worse result is taken back.
+    """
+    choice = evaluation.choice
+    if state.config.is_off or choice.config.is_off or 0 in state.cost_evidence.ks:
+        return evaluation
+    mean_gain = relative_gain(choice.baseline, choice.current)
+    if mean_gain < settings.min_gain:
+        return evaluation
+    over_current: list[float] = []
+    over_choice: list[float] = []
+    for cost in draws:
+        model = SpeedModel(cost, choice.acceptance, context_tokens)
+        off_speed = predict(SpecConfig.off(), load, model, settings.objective)
+        over_current.append(
+            relative_gain(off_speed, predict(state.config, load, model, settings.objective))
+        )
+        over_choice.append(
+            relative_gain(off_speed, predict(choice.config, load, model, settings.objective))
+        )
+    over_current.sort()
+    over_choice.sort()
+    upside = over_choice[int(settings.gain_confidence * (len(over_choice) - 1))]
+    may_gain = sum(max(g, 0.0) for g in over_choice) / len(draws) * evaluation.horizon
+    may_lose = sum(max(-g, 0.0) for g in over_choice) / len(draws) * settings.min_dwell_s
+    restart = settings.margin * _restart_cost(state, settings)
+    if upside < settings.min_gain or may_gain <= restart + may_lose:
+        return evaluation
+    probe = replace(
+        choice,
+        config=SpecConfig.off(),
+        predicted=choice.baseline,
+        reason=f"speculation off, to measure it; the policy's choice at the mean: {choice.reason}",
+    )
+    return replace(
+        evaluation,
+        choice=probe,
+        mean_gain=mean_gain,
+        likely=over_current[int((1.0 - settings.gain_confidence) * (len(draws) - 1))],
+        probe=True,
+        upside=over_current[int(settings.gain_confidence * (len(draws) - 1))],
+    )
 
 
 def _keep_words(state: ControllerState, evaluation: _Evaluation, settings: ControlSettings) -> str:
@@ -639,13 +709,23 @@ def _pays_words(
 ) -> str:
     """The gain set against the restart, in words."""
     gain, mean_gain, likely = evaluation.gain, evaluation.mean_gain, evaluation.likely
-    likely_words = (
-        f"{mean_gain:+.1%} at the mean, only {likely:+.1%} with "
-        f"{settings.gain_confidence:.0%} confidence: a probe, since the step time at the "
-        f"k it runs at this load was never measured"
-        if evaluation.probe
-        else f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean)"
-    )
+    if evaluation.upside is not None:
+        likely_words = (
+            f"{mean_gain:+.1%} at the mean, but {evaluation.upside:+.1%} with "
+            f"{1 - settings.gain_confidence:.0%} chance: a probe, since speculation off was "
+            f"never measured and what drafting costs cannot be told apart from the rest of "
+            f"the step without it"
+        )
+    elif evaluation.probe:
+        likely_words = (
+            f"{mean_gain:+.1%} at the mean, only {likely:+.1%} with "
+            f"{settings.gain_confidence:.0%} confidence: a probe, since the step time at the "
+            f"k it runs at this load was never measured"
+        )
+    else:
+        likely_words = (
+            f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean)"
+        )
     return (
         f"{likely_words} over an expected {evaluation.horizon:.0f}s of this regime is "
         f"{evaluation.gain_s:.0f}s of service against {restart_cost:.0f}s lost to a restart "

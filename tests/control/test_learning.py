@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from specops.control import (
@@ -30,14 +32,16 @@ SETTINGS = ControlSettings(
 )
 
 
-def _observation(batch: int, k: int, points: tuple[StepPoint, ...] = ()) -> ControlInput:
+def _observation(
+    batch: int, k: int, acceptance: float = 0.6, points: tuple[StepPoint, ...] = ()
+) -> ControlInput:
     drafts = 10_000.0
     return ControlInput(
         window_end=0.0,
         load=BatchDistribution.from_samples([batch] * 60),
         context_tokens=700,
         num_drafts=drafts,
-        accepted_per_position=tuple(drafts * 0.6 ** (i + 1) for i in range(k)),
+        accepted_per_position=tuple(drafts * acceptance ** (i + 1) for i in range(k)),
         cost_points=points,
     )
 
@@ -76,7 +80,7 @@ def test_measured_points_are_kept_in_the_state() -> None:
     point = _measured(1, 0.0102)
     decision = decide(
         ControllerState.initial(SpecConfig.static(1)),
-        _observation(8, 1, (point,)),
+        _observation(8, 1, points=(point,)),
         SERVICE,
         SETTINGS,
         0.0,
@@ -102,3 +106,37 @@ def test_the_expected_regime_length_comes_from_the_service_history(
     lengths: tuple[float, ...], age: float, expected: float
 ) -> None:
     assert expected_remaining(lengths, age, ControlSettings()) == pytest.approx(expected)
+
+
+def _high_load(k: int, step_s: float, batch: int = 128) -> StepPoint:
+    return StepPoint(batch * (k + 1), batch * 700, k, batch * k, 1.0, step_s, 500, 1.0)
+
+
+def _at_k3(*points: StepPoint) -> ControllerState:
+    evidence = CostEvidence().add(list(points), SERVICE.cost)
+    return ControllerState(
+        config=SpecConfig.static(3), last_good=SpecConfig.static(3), cost_evidence=evidence
+    )
+
+
+def test_speculation_off_never_measured_is_probed_where_the_mean_expects_it_to_pay() -> None:
+    # Every step drafted, so the draft's fixed cost and the target's are one sum: off's
+    # step time is the prior's split of it. Low acceptance at batch 128, 16 ms a step.
+    points = [replace(_high_load(3, 0.016), end=float(i)) for i in range(20)]
+    decision = decide(_at_k3(*points), _observation(128, 3, 0.3), SERVICE, SETTINGS, 0.0)
+    assert decision.action is Action.RECONFIGURE and decision.code is ReasonCode.PROBE
+    assert decision.config.is_off
+    assert "speculation off was never measured" in decision.reason
+    # Measured once, off is judged on its measurement like any config: no probe.
+    measured = [*points, replace(_high_load(0, 0.0125), end=30.0)]
+    again = decide(_at_k3(*measured), _observation(128, 3, 0.3), SERVICE, SETTINGS, 0.0)
+    assert "speculation off was never measured" not in again.reason
+
+
+def test_off_is_not_probed_where_the_mean_expects_it_to_lose() -> None:
+    # At batch 8 with good acceptance drafting pays at the mean: the posterior's tail
+    # alone does not send the service to off.
+    points = [replace(_measured(3, 0.011), end=float(i)) for i in range(20)]
+    decision = decide(_at_k3(*points), _observation(8, 3), SERVICE, SETTINGS, 0.0)
+    assert not decision.config.is_off
+    assert "speculation off was never measured" not in decision.reason

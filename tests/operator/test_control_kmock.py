@@ -178,9 +178,10 @@ async def test_low_load_lengthens_speculation_and_a_failed_rollout_rolls_back(
         )
         engine = _engine_config(kmock)
         assert engine is not None and json.dumps(engine, separators=(",", ":")) == config["json"]
-        table = engine["num_speculative_tokens_per_batch_size"]
-        assert table[0][0] == 1
-        assert next(k for first, last, k in table if first <= 2 <= last) > 3  # was 3
+        # At a steady batch of 2 the best table drafts one k there, and a table costs vLLM
+        # PIECEWISE graphs besides: the longer k alone wins (the day-zero table had k=3).
+        assert "num_speculative_tokens_per_batch_size" not in engine
+        assert engine["num_speculative_tokens"] > 3
         await eventually(
             lambda: any(
                 e["reason"] == "Reconfigure" and code in e["message"] for e in _events(kmock)
