@@ -23,16 +23,25 @@ ACCEPTANCE = AcceptanceCurve((0.647, 0.390, 0.241, 0.158, 0.106, 0.065, 0.065))
 CONTEXT = 700
 
 
-def _truth(batch: int, k: int) -> float:
-    """An engine the profile does not know: drafting costs 25x more per token, a knee."""
+TABLE_S = 1.5e-3  # what the engine below charges per step while a table is set
+
+
+def _truth(batch: int, k: int, table: bool = False) -> float:
+    """An engine the profile does not know: drafting costs 25x more per token, a knee.
+
+    Under a table it charges ``TABLE_S`` a step, and a k = 0 row still drafts once.
+    """
     tokens = batch * (k + 1)
     target = max(5.9e-3, 2.0e-5 * tokens) + 3.9e-8 * batch * CONTEXT + 1.2e-3
-    if k == 0:
+    positions = max(k, 1) if table else k
+    if positions == 0:
         return target
-    return target + 2.2e-3 + k * (1.9e-4 + 2.0e-5 * batch)
+    return target + 2.2e-3 + positions * (1.9e-4 + 2.0e-5 * batch) + (TABLE_S if table else 0.0)
 
 
-def _points(k: int, batches: list[int], start: float = 0.0) -> list[StepPoint]:
+def _points(
+    k: int, batches: list[int], start: float = 0.0, *, table: bool = False
+) -> list[StepPoint]:
     return [
         StepPoint(
             batched_tokens=b * (k + 1),
@@ -40,9 +49,11 @@ def _points(k: int, batches: list[int], start: float = 0.0) -> list[StepPoint]:
             positions=k,
             drafted=b * k,
             speculating=1.0 if k else 0.0,
-            step_seconds=_truth(b, k),
+            step_seconds=_truth(b, k, table),
             steps=100,
             end=start + i,
+            decoding=b,
+            table=table,
         )
         for i, b in enumerate(batches)
     ]
@@ -111,30 +122,8 @@ def test_a_point_far_from_every_prediction_is_taken_for_a_broken_interval() -> N
     assert evidence.until == good[0].end
 
 
-TABLE_S = 1.5e-3  # what the engine below charges per step while a table is set
-
-
-def _under_table(batch: int, k: int) -> float:
-    """The same engine under a table: its own cost per step, and a k = 0 row drafts once."""
-    return _truth(batch, k or 1) - (0.0 if k else 2.0e-5 * batch) + TABLE_S
-
-
 def _table_points(rows: list[tuple[int, int]], start: float) -> list[StepPoint]:
-    return [
-        StepPoint(
-            batched_tokens=b * (k + 1),
-            context_tokens=b * CONTEXT,
-            positions=k,
-            drafted=b * k,
-            speculating=1.0 if k else 0.0,
-            step_seconds=_under_table(b, k),
-            steps=100,
-            end=start + i,
-            decoding=b,
-            table=True,
-        )
-        for i, (b, k) in enumerate(rows)
-    ]
+    return [p for i, (b, k) in enumerate(rows) for p in _points(k, [b], start + i, table=True)]
 
 
 def test_a_table_and_its_zero_rows_are_priced_from_runs_with_and_without_one() -> None:
@@ -152,7 +141,7 @@ def test_a_table_and_its_zero_rows_are_priced_from_runs_with_and_without_one() -
     zero_row = model.step_time(StepShape(200, 0, 200 * CONTEXT, table=True))
     assert off == pytest.approx(_truth(200, 0), rel=0.03)
     # the zero row costs a draft pass and the table's own cost over speculation off
-    assert zero_row - off == pytest.approx(_under_table(200, 0) - _truth(200, 0), rel=0.15)
+    assert zero_row - off == pytest.approx(_truth(200, 0, table=True) - _truth(200, 0), rel=0.15)
     on = StepShape(16, 3, 16 * CONTEXT)
     assert model.step_time(replace(on, table=True)) - model.step_time(on) == pytest.approx(
         TABLE_S, rel=0.3
