@@ -84,7 +84,15 @@ _REFUSED = frozenset({400, 403, 422})
 
 
 def _report(memo: kopf.Memo, body: Mapping[str, Any], reason: str, message: str) -> None:
-    """A Degraded condition and a Warning Event, once per distinct failure."""
+    """A Degraded condition and a Warning Event, once per distinct failure.
+
+    Whether it was said already is read from the object as it is now: the handler's body
+    can predate the status patch of the last failure (a create and a resume in a row),
+    and reading it would post the same Warning twice.
+    """
+    meta = body.get("metadata") or {}
+    with contextlib.suppress(KubeApiError):
+        body = memo.kube.get_service(meta.get("namespace", "default"), meta["name"]) or body
     current = (body.get("status") or {}).get("conditions") or []
     conditions = degraded_conditions(current, reason, message, datetime.now(UTC))
     if conditions is None:
