@@ -121,6 +121,7 @@ def control_settings(spec: SpeculativeServiceSpec) -> ControlSettings:
         k_max=tokens.max,
         min_gain=policy.min_gain_percent / 100.0,
         restart_cost_s=float(policy.restart_cost_seconds),
+        margin=policy.restart_margin,
         min_dwell_s=float(policy.min_dwell_seconds),
         max_reconfigurations_per_hour=policy.max_reconfigurations_per_hour,
         max_staleness_s=float(max(4 * scrape, 60)),

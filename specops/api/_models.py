@@ -636,6 +636,8 @@ class PolicySpec(CrdModel):
     """Step-cost profile the predictions start from; unset picks the one of spec.model."""
     restart_cost_seconds: int = Field(default=int(_LOOP.restart_cost_s), ge=0, le=86400)
     """Estimated seconds of service a restart costs, until rollouts have been measured."""
+    restart_margin: float = Field(default=_LOOP.margin, ge=0, le=100)
+    """How many times its lost service a restart's gain over the regime must make up."""
     rollout_timeout_seconds: int = Field(default=int(_LOOP.rollout_timeout_s), ge=60, le=86400)
     """Time new pods get to become Ready before the previous config is restored."""
     rollback_cooldown_seconds: int = Field(default=int(_LOOP.rollback_cooldown_s), ge=0, le=604800)

@@ -160,6 +160,9 @@ def test_settings_and_profile_come_from_the_spec() -> None:
     assert settings.objective.tpot_target_s == pytest.approx(0.04)
     assert (settings.k_min, settings.k_max, settings.min_gain) == (1, 5, 0.05)
     assert (settings.restart_cost_s, settings.rollout_timeout_s) == (300.0, 1800.0)
+    assert settings.margin == ControlSettings().margin == 1.5
+    patient = parse_service(_service(restartMargin=3)).spec
+    assert control_settings(apply_defaults(patient)).margin == 3.0
     profile = performance_profile(spec)
     assert profile is not None and profile.name == "llama3.1-8b-h100"
     chosen = parse_service(_service(performanceProfile="llama3.1-8b-h200")).spec
