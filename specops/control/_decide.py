@@ -446,22 +446,21 @@ def _under_posterior(
     choice: PolicyChoice,
     current: SpecConfig,
     load: BatchDistribution,
-    draws: tuple[LearnedCost, ...],
-    context_tokens: float,
+    models: tuple[SpeedModel, ...],
     settings: ControlSettings,
     max_batch: int,
 ) -> tuple[float, tuple[CrossoverBand, ...]]:
     """The gain the choice beats with ``gain_confidence``, and each k's crossover band.
 
-    Each draw of step-time coefficients re-predicts the choice against the config in
-    force; the gain used is the draws' (1 - confidence) quantile, never above the mean's,
-    so a change acts only when it is likely to pay, not only on average.
+    Each draw of step-time coefficients (``models``, one speed model a draw) re-predicts
+    the choice against the config in force; the gain used is the draws' (1 - confidence)
+    quantile, never above the mean's, so a change acts only when it is likely to pay, not
+    only on average.
     """
     ks = tuple(c.k for c in choice.crossovers)
     gains: list[float] = []
     batches: dict[int, list[int | None]] = {k: [] for k in ks}
-    for cost in draws:
-        model = SpeedModel(cost, choice.acceptance, context_tokens)
+    for model in models:
         if choice.config != current:
             gains.append(
                 relative_gain(
@@ -601,15 +600,13 @@ def _evaluate(
     under the posterior, and the crossovers the profile alone predicts, to set beside the
     measured ones."""
     choice = _policy(state, regime, acceptance, measured, service, cost, settings)
-    draws = posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
+    # One speed model a posterior draw, shared by both looks at the draws (their memo too).
+    models = tuple(
+        SpeedModel(cost, choice.acceptance, measured.context_tokens)
+        for cost in posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
+    )
     likely, bands = _under_posterior(
-        choice,
-        state.config,
-        regime.load,
-        draws,
-        measured.context_tokens,
-        settings,
-        service.max_batch,
+        choice, state.config, regime.load, models, settings, service.max_batch
     )
     prior_model = SpeedModel(
         CostPosterior.of(service.cost, CostEvidence()).model(),
@@ -623,15 +620,14 @@ def _evaluate(
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
     probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
     evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
-    return _probe_off(state, evaluation, regime.load, draws, measured.context_tokens, settings)
+    return _probe_off(state, evaluation, regime.load, models, settings)
 
 
 def _probe_off(
     state: ControllerState,
     evaluation: _Evaluation,
     load: BatchDistribution,
-    draws: tuple[LearnedCost, ...],
-    context_tokens: float,
+    models: tuple[SpeedModel, ...],
     settings: ControlSettings,
 ) -> _Evaluation:
     """The evaluation, or a probe of speculation off when off was never measured and may
@@ -644,11 +640,11 @@ def _probe_off(
     config in force (the draws are no better guide there: their truncation at 0 leans
     along the very split in doubt), off beats the policy's choice with the chance the
     asked confidence leaves (the choice wins only on the unmeasured split), and the
-    experiment is worth it under the posterior draws: what off may gain over the choice
-    through the expected
-    regime (the draws' mean where it wins) beats the restart (with the margin) and what it
-    may lose until it can be taken back (the mean where it loses, over the minimum dwell).
-    Its windows measure the target alone, and a worse result is taken back.
+    experiment is worth it under the posterior draws (``models``): what off may gain over
+    the choice through the expected regime (the draws' mean where it wins) beats the
+    restart (with the margin) and what it may lose until it can be taken back (the mean
+    where it loses, over the minimum dwell). Its windows measure the target alone, and a
+    worse result is taken back.
     """
     choice = evaluation.choice
     if state.config.is_off or choice.config.is_off or 0 in state.cost_evidence.ks:
@@ -658,8 +654,7 @@ def _probe_off(
         return evaluation
     over_current: list[float] = []
     over_choice: list[float] = []
-    for cost in draws:
-        model = SpeedModel(cost, choice.acceptance, context_tokens)
+    for model in models:
         off_speed = predict(SpecConfig.off(), load, model, settings.objective)
         over_current.append(
             relative_gain(off_speed, predict(state.config, load, model, settings.objective))
@@ -670,8 +665,8 @@ def _probe_off(
     over_current.sort()
     over_choice.sort()
     upside = over_choice[int(settings.gain_confidence * (len(over_choice) - 1))]
-    may_gain = sum(max(g, 0.0) for g in over_choice) / len(draws) * evaluation.horizon
-    may_lose = sum(max(-g, 0.0) for g in over_choice) / len(draws) * settings.min_dwell_s
+    may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.horizon
+    may_lose = sum(max(-g, 0.0) for g in over_choice) / len(models) * settings.min_dwell_s
     restart = settings.margin * _restart_cost(state, settings)
     if upside < settings.min_gain or may_gain <= restart + may_lose:
         return evaluation
@@ -685,9 +680,9 @@ def _probe_off(
         evaluation,
         choice=probe,
         mean_gain=mean_gain,
-        likely=over_current[int((1.0 - settings.gain_confidence) * (len(draws) - 1))],
+        likely=over_current[int((1.0 - settings.gain_confidence) * (len(models) - 1))],
         probe=True,
-        upside=over_current[int(settings.gain_confidence * (len(draws) - 1))],
+        upside=over_current[int(settings.gain_confidence * (len(models) - 1))],
     )
 
 
