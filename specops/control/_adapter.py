@@ -100,6 +100,11 @@ def _context_tokens(
     return found if found is not None else default
 
 
+def _decoding(point: CostPointObservation) -> float:
+    """The requests decoding per step; the running ones where the counters gave none."""
+    return point.decoding if point.decoding > 0 else point.batch
+
+
 def _drafting_share(point: CostPointObservation) -> float:
     """The share of steps that drafted.
 
@@ -109,7 +114,7 @@ def _drafting_share(point: CostPointObservation) -> float:
     and while load ramps up that would make steps that all drafted look like a mix of
     drafting and plain steps, and teach the posterior that drafting costs nothing fixed.
     """
-    decoding = point.decoding if point.decoding > 0 else point.batch
+    decoding = _decoding(point)
     if decoding <= 0:
         return 0.0
     return min(point.drafts / decoding, 1.0)
@@ -144,7 +149,7 @@ def _step_points(
                     step_seconds=p.step_seconds,
                     steps=p.steps,
                     end=p.end,
-                    decoding=p.decoding if p.decoding > 0 else p.batch,
+                    decoding=_decoding(p),
                     table=table,
                     spread=tuple(p.spread),
                 )

@@ -47,10 +47,10 @@ class CostPoint:
     ``decoding`` the requests that decoded per step (each emits one token besides the
     drafts it had accepted, so generated minus accepted tokens, less the first tokens,
     which prefills emit; running requests also count those still prefilling), ``end``
-    when the interval ended. ``spread`` is how
-    the batched tokens spread over the steps, as (tokens, share of steps) pairs from the
-    histogram's buckets: a few prefill steps among many short decode steps cost more
-    than steps of the mean size would, where compute binds.
+    when the interval ended. ``spread`` is how the batched tokens spread over the steps,
+    as (tokens, share of steps) pairs from the histogram's buckets: a few prefill steps
+    among many short decode steps cost more than steps of the mean size would, where
+    compute binds.
     """
 
     batched_tokens: float
