@@ -94,8 +94,15 @@ def _evidence_status(evidence: CostEvidence) -> StepTimeEvidence | None:
 
 def _evidence(saved: StepTimeEvidence | None) -> CostEvidence:
     """The saved evidence; none when it was gathered for other step-time terms (an older
-    operator's model), since its rows would be read as the wrong terms."""
-    if saved is None or saved.terms != list(TERMS) or len(saved.gram) != len(TERMS) ** 2:
+    operator's model) or does not have their shape, since its rows would be read as the
+    wrong terms."""
+    dim = len(TERMS)
+    if (
+        saved is None
+        or saved.terms != list(TERMS)
+        or len(saved.gram) != dim * dim
+        or len(saved.moment) != dim
+    ):
         return CostEvidence()
     return CostEvidence(
         gram=tuple(saved.gram),

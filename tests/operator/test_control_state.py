@@ -120,6 +120,10 @@ def test_evidence_saved_for_other_step_time_terms_is_dropped() -> None:
     restored = restore_state(ControllerStatus.model_validate(wire), TABLE, _any)
     assert restored.cost_evidence == CostEvidence()
     assert restored.acceptance == _full_state().acceptance
+    # Named terms but a moment of the wrong length (a hand-edited status) is dropped too.
+    wire["stepTimeEvidence"] = {**old, "moment": old["moment"][:8]}
+    restored = restore_state(ControllerStatus.model_validate(wire), TABLE, _any)
+    assert restored.cost_evidence == CostEvidence()
 
 
 def test_a_state_for_another_config_restarts_from_the_spec_config() -> None:
