@@ -1,6 +1,6 @@
 """Fixtures for the end-to-end suite: one local control plane for the whole session.
 
-The cluster is built on first use (see ``specops.cluster``), started once, tied to
+The cluster is built on first use (see ``specops_lab.cluster``), started once, tied to
 the pytest process so nothing outlives it, and torn down after the last test,
 also when a test fails or the run is interrupted.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-
-from e2e.harness import Kubectl, Wait
-from specops.cluster import (
+from specops_lab.cluster import (
     CacheLayout,
     ClusterInfo,
     ClusterOptions,
     LocalCluster,
     running_cluster,
 )
+
+from e2e.harness import Kubectl, Wait
 
 WAIT_TIMEOUT_S = 120.0
 _PREFIX = "e2e-"

@@ -22,19 +22,19 @@ from typing import Any, Literal
 import pytest
 import yaml
 from kubernetes import client
-
-from e2e.harness import Wait, plain
-from specops.api import GROUP, PLURAL, VERSION
-from specops.cluster import ClusterInfo
-from specops.demo import DemoOptions, demo_service, engine_config
-from specops.demo._load import ConcurrencyDriver
-from specops.launch import (
+from specops_lab.cluster import ClusterInfo
+from specops_lab.demo import DemoOptions, demo_service, engine_config
+from specops_lab.demo._load import ConcurrencyDriver
+from specops_lab.launch import (
     ALLOW_LOCAL_PROMETHEUS,
     OperatorProcess,
     PodRunnerProcess,
     installed_chart,
     operator_kubeconfig,
 )
+
+from e2e.harness import Wait, plain
+from specops.api import GROUP, PLURAL, VERSION
 from tests.netguard import LoopbackGuard
 
 pytestmark = pytest.mark.e2e

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e.harness import Kubectl, Wait, filled
-from specops.cluster import (
+from specops_lab.cluster import (
     GPU_RESOURCE,
     SERVICE_CIDR,
     ClusterInfo,
     Versions,
     service_account_kubeconfig,
 )
+
+from e2e.harness import Kubectl, Wait, filled
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from specops.cluster import ClusterInfo
-from specops.demo import DemoOptions
+from specops_lab.cluster import ClusterInfo
+from specops_lab.demo import DemoOptions
 
 pytestmark = pytest.mark.e2e
 

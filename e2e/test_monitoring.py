@@ -14,10 +14,10 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client
+from specops_lab.cluster import ClusterInfo
+from specops_lab.launch import OperatorProcess, installed_chart, operator_kubeconfig
 
 from e2e.harness import Kubectl, Wait, apply, example
-from specops.cluster import ClusterInfo
-from specops.launch import OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 

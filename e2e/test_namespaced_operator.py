@@ -15,11 +15,11 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client, config
+from specops_lab.cluster import ClusterInfo
+from specops_lab.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 from e2e.harness import Kubectl, Wait, apply, example, filled
 from specops.api import GROUP, PLURAL, VERSION
-from specops.cluster import ClusterInfo
-from specops.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 

@@ -20,12 +20,12 @@ import kopf
 import pytest
 import yaml
 from kubernetes import client
+from specops_lab.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
+from specops_lab.launch import OperatorProcess
 from specops_operator import FIELD_MANAGER, Kube
 
 from e2e.harness import EXAMPLE, Kubectl, Phases, Wait, apply, example, filled, plain
 from specops.api import GROUP, PLURAL, VERSION, crd, parse_service
-from specops.cluster import GPU_RESOURCE, ClusterInfo, service_account_kubeconfig
-from specops.launch import OperatorProcess
 from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
 
 pytestmark = pytest.mark.e2e

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from specops_lab.cluster import ClusterInfo
+from specops_lab.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 from e2e.harness import Kubectl, Wait, apply, example, filled
-from specops.cluster import ClusterInfo
-from specops.launch import ChartRelease, OperatorProcess, installed_chart, operator_kubeconfig
 
 pytestmark = pytest.mark.e2e
 

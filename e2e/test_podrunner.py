@@ -23,11 +23,11 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client
+from specops_lab.cluster import ClusterInfo
+from specops_lab.podrunner import STARTUP_DELAY_ANNOTATION, RunnerState, read_state
 
 from e2e.harness import Wait, filled
 from specops.api import parse_service
-from specops.cluster import ClusterInfo
-from specops.podrunner import STARTUP_DELAY_ANNOTATION, RunnerState, read_state
 from specops.render import RenderOptions, plan
 
 pytestmark = pytest.mark.e2e

@@ -29,8 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+from specops_lab.launch import free_ports, specops_executable, stop_process, wait_until_answers
+from specops_lab.sim import EngineConfig, SimulatedEngine, Workload, load_workload, render_metrics
+from specops_lab.sim import parse_speculative_config as speculative
 
-from specops.launch import free_ports, specops_executable, stop_process, wait_until_answers
 from specops.observation import (
     Interval,
     ObserverConfig,
@@ -42,8 +44,6 @@ from specops.observation import (
     snapshot_from_reading,
 )
 from specops.profiles import get_profile
-from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload, render_metrics
-from specops.sim import parse_speculative_config as speculative
 
 PROFILE = "llama3.1-8b-h100"
 INTERVAL_S = 15.0

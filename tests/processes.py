@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from specops.launch import (
+from specops_lab.launch import (
     free_ports,
     spawn,
     specops_executable,

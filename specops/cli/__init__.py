@@ -15,22 +15,34 @@ from specops import __version__
 # Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
 _SUBCOMMANDS: dict[str, str] = {
     "crd": "specops.cli._crd:crd",
-    "bench": "specops.bench._cli:bench",
-    "sim": "specops.sim._cli:sim",
-    "load": "specops.loadgen._cli:load",
+    "bench": "specops_lab.bench._cli:bench",
+    "sim": "specops_lab.sim._cli:sim",
+    "load": "specops_lab.loadgen._cli:load",
     "render": "specops.cli._render:render",
     "operator": "specops_operator._cli:operator",
-    "cluster": "specops.cluster._cli:cluster",
+    "cluster": "specops_lab.cluster._cli:cluster",
     "dashboards": "specops.dashboards._cli:dashboards",
     "alerts": "specops.alerts._cli:alerts",
     "sidecar": "specops_sidecar._cli:sidecar",
-    "podrunner": "specops.podrunner._cli:podrunner",
-    "demo": "specops.demo._cli:demo",
+    "podrunner": "specops_lab.podrunner._cli:podrunner",
+    "demo": "specops_lab.demo._cli:demo",
 }
 
 
 # A missing module of these is a broken install, not a missing extra.
 _OWN_PACKAGES = frozenset({"specops", "specops_operator", "specops_sidecar"})
+
+
+def _missing(cmd_name: str, module_name: str, missing: str) -> str:
+    """What to install for a command whose module, or a library it needs, is absent."""
+    fix = (
+        "it is part of the lab (simulated engine, benchmark, demo, local cluster), a "
+        "distribution of its own: install it with pip install specops-lab (from a source "
+        "tree: pip install ./lab)"
+        if module_name.startswith("specops_lab.")
+        else "install the dashboards extra with pip install 'specops[dashboards]'"
+    )
+    return f"`specops {cmd_name}` needs {missing}, which this install lacks: {fix}"
 
 
 class _LazyGroup(click.Group):
@@ -47,11 +59,7 @@ class _LazyGroup(click.Group):
         except ModuleNotFoundError as exc:
             if exc.name is None or exc.name.split(".")[0] in _OWN_PACKAGES:
                 raise
-            raise click.ClickException(
-                f"`specops {cmd_name}` needs {exc.name}, which this install lacks: it is part "
-                "of the lab (simulated engine, benchmark, demo, local cluster); install it with "
-                "pip install 'specops[lab]'"
-            ) from exc
+            raise click.ClickException(_missing(cmd_name, module_name, exc.name)) from exc
         command = getattr(module, attribute)
         assert isinstance(command, click.Command)
         return command

@@ -1,8 +1,9 @@
 """The named profiles, and how each number was obtained.
 
-``llama3.1-8b-h100`` is the SpecDecode-Bench fit from ``specops/sim/traces/README.md``, term for
-term. Its EAGLE draft term ``8.414e-7 * k`` is read as seconds per drafted token in the
-batch, i.e. ``8.414e-7 * B * k`` (DraftCost.c_tok is charged per B * k): drafting cost
+``llama3.1-8b-h100`` is the SpecDecode-Bench fit from
+``lab/specops_lab/sim/traces/README.md``, term for term. Its EAGLE draft term ``8.414e-7 * k``
+is read as seconds per drafted token in the batch, i.e. ``8.414e-7 * B * k``
+(DraftCost.c_tok is charged per B * k): drafting cost
 that did not grow with the batch would make speculation free at any load.
 
 ``llama3.1-8b-h200`` scales the bandwidth-bound terms (target t_fixed and c_kv, draft

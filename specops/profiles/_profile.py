@@ -1,7 +1,7 @@
 """A named performance profile: how fast the controller believes one model runs on one GPU.
 
 The controller predicts with a profile's StepCostModel. The simulated engine does not: its
-physics is an engine truth (``specops.sim.load_truth``), so a controller is graded on a world
+physics is an engine truth (``specops_lab.sim.load_truth``), so a controller is graded on a world
 its beliefs only approximate.
 """
 

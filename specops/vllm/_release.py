@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from specops._cache import cache_root
+from specops.cache import cache_root
 from specops.errors import SpecopsError
 from specops.vllm._speculative_config import VLLM_VERSION
 

@@ -19,12 +19,12 @@ from typing import Any
 import click
 import pytest
 import yaml
+from specops_lab.podrunner import container_env, expand, parse_pod
 
 from specops.api import parse_service
 from specops.cli import main
-from specops.podrunner import container_env, expand, parse_pod
 from specops.render import RenderOptions, plan
-from tests.podrunner.pods import EXAMPLE, pod_of
+from tests.lab.podrunner.pods import EXAMPLE, pod_of
 
 from .chart_render import REPO, by_kind
 from .conftest import Render

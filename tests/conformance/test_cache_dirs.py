@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
+from specops_lab.cluster import CacheLayout
 
-from specops.cluster import CacheLayout
 from specops.vllm._release import _cache_dir
 
 

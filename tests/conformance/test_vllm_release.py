@@ -8,12 +8,12 @@ from typing import get_args
 import pytest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from specops_lab.sim import EngineConfig, SimulatedEngine, Workload, load_workload
+from specops_lab.sim import parse_speculative_config as parse
+from specops_lab.sim._exposition import CONTENT_TYPE, render_metrics
+from specops_lab.sim._metrics import EngineMetrics
 
 from specops.observation import Counter, Gauge, Hist
-from specops.sim import EngineConfig, SimulatedEngine, Workload, load_workload
-from specops.sim import parse_speculative_config as parse
-from specops.sim._exposition import CONTENT_TYPE, render_metrics
-from specops.sim._metrics import EngineMetrics
 from specops.vllm import (
     ENGINE_METRICS,
     FINISH_REASONS,
@@ -108,7 +108,7 @@ def test_the_page_the_server_serves_matches_the_release(wheel: Path) -> None:
 def test_counters_and_histograms_carry_created_in_the_text_format(wheel: Path) -> None:
     """vLLM serves /metrics with prometheus-client's make_asgi_app; counters and histograms
     have a _created series per child. The page stays in the text format, where vLLM's names
-    keep their colons (see specops.sim._exposition)."""
+    keep their colons (see specops_lab.sim._exposition)."""
     assert "make_asgi_app(registry=registry)" in _normalized(
         wheel, "vllm/entrypoints/serve/instrumentator/metrics.py"
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import yaml
 from prometheus_client import REGISTRY, start_http_server
+from specops_lab.launch import free_ports
 from specops_operator._control import _report
 from specops_operator._fetch import PodTarget, SidecarSource
 from specops_operator._metrics import forget_service, start_service
@@ -34,7 +35,6 @@ from specops.control import (
     service_model,
     service_window,
 )
-from specops.launch import free_ports
 from specops.policy import SpecConfig
 from specops.profiles import get_profile
 from specops.render import apply_defaults

@@ -8,6 +8,17 @@ it took, so the measured step time has an exact reference.
 import dataclasses
 
 import pytest
+from specops_lab.sim import (
+    EngineConfig,
+    LengthDistribution,
+    ParametricComponent,
+    SimulatedEngine,
+    Workload,
+    WorkloadSpec,
+    load_truth,
+    parse_speculative_config,
+)
+from specops_lab.sim._exposition import render_metrics
 
 from specops.observation import (
     EstimateStatus,
@@ -21,17 +32,6 @@ from specops.observation import (
 )
 from specops.policy import StepShape
 from specops.profiles import get_profile
-from specops.sim import (
-    EngineConfig,
-    LengthDistribution,
-    ParametricComponent,
-    SimulatedEngine,
-    Workload,
-    WorkloadSpec,
-    load_truth,
-    parse_speculative_config,
-)
-from specops.sim._exposition import render_metrics
 
 CONDITIONAL = (0.85, 0.75, 0.7)  # the last rate repeats past position 2
 K = 3

@@ -12,11 +12,11 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from specops_lab.demo import engine_config
 from specops_operator import Kube
 from specops_operator._reconcile import _apply, reconcile
 
 from specops.api import parse_service
-from specops.demo import engine_config
 from specops.policy import SpecConfig
 from specops.render import HASH_ANNOTATION, RenderOptions, plan, speculative_config_status
 

@@ -1,7 +1,7 @@
-"""The product installs and runs without the lab: a fresh venv gets the distribution's core
-dependencies only (from the wheels scripts/bootstrap caches, no index reached), imports every
-module of the operator, the sidecar and the packages they use, and starts the sidecar; a lab
-command says which extra it needs."""
+"""The product installs and runs without the lab: a fresh venv gets the product's distribution
+and its dependencies only (from the wheels scripts/bootstrap caches, no index reached), holds
+no module of the lab, imports every module of the operator, the sidecar and the packages they
+use, and starts the sidecar; a lab command says what to install."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from specops_lab.launch import free_ports
 
-from specops._cache import cache_root
-from specops.launch import free_ports
+from specops.cache import cache_root
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +34,7 @@ PRODUCT = (
     "specops.vllm",
 )
 LAB_ONLY = ("numpy", "matplotlib", "rich", "helm-python-sdk", "grafana-foundation-sdk")
+_FIND_LAB = "import importlib.util; print(importlib.util.find_spec('specops_lab'))"
 
 _IMPORT_ALL = """
 import importlib, pkgutil, sys
@@ -68,9 +69,11 @@ def test_the_core_install_has_none_of_the_lab(core_venv: Path) -> None:
     listed = _run(core_venv / "bin" / "pip", "list", "--format=freeze").stdout.lower()
     installed = {line.split("==")[0] for line in listed.splitlines()}
     assert "specops" in installed
+    assert "specops-lab" not in installed
     assert not installed & {name.lower() for name in LAB_ONLY}
     required = importlib.metadata.requires("specops") or []
     assert all("extra ==" in r for r in required if r.split(">")[0] in LAB_ONLY)
+    assert _run(core_venv / "bin" / "python", "-c", _FIND_LAB).stdout.strip() == "None"
     size = sum(f.stat().st_size for f in (core_venv / "lib").rglob("*") if f.is_file())
     print(f"core install: {size / 2**20:.0f} MiB of site-packages")
 
@@ -108,7 +111,14 @@ def test_the_operator_parses_and_the_sidecar_serves_from_the_core(core_venv: Pat
         sidecar.wait(timeout=30)
 
 
-def test_a_lab_command_names_the_extra_it_needs(core_venv: Path) -> None:
+def test_a_lab_command_names_what_to_install(core_venv: Path) -> None:
     done = _run(core_venv / "bin" / "specops", "sim", "serve", "--help")
     assert done.returncode != 0
-    assert "pip install 'specops[lab]'" in done.stderr
+    assert "needs specops_lab" in done.stderr
+    assert "pip install specops-lab" in done.stderr
+
+
+def test_a_generator_names_the_extra_it_needs(core_venv: Path) -> None:
+    done = _run(core_venv / "bin" / "specops", "dashboards", "--help")
+    assert done.returncode != 0
+    assert "pip install 'specops[dashboards]'" in done.stderr

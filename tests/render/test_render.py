@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from specops_lab.podrunner import container_env, expand, parse_pod
 
 from specops.api import BatchSizeRange, SpeculativeConfigStatus, parse_service, parse_spec
 from specops.cli import main
 from specops.errors import SpecValidationError
-from specops.podrunner import container_env, expand, parse_pod
 from specops.policy import ScheduleRange, SpecConfig
 from specops.render import (
     HASH_ANNOTATION,
@@ -33,7 +33,7 @@ from specops.render import (
     vllm_speculative_config,
 )
 from specops.vllm import SpeculativeConfig
-from tests.podrunner.pods import pod_of
+from tests.lab.podrunner.pods import pod_of
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 SPEC: dict[str, Any] = {

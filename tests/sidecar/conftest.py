@@ -19,10 +19,10 @@ import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from specops_lab.launch import free_ports
 from specops_operator._fetch import httpx_get
 from specops_sidecar import aiohttp_get
 
-from specops.launch import free_ports
 from specops.observation import HttpGet
 from tests.observation.fake_vllm import FakeVllm
 

@@ -31,11 +31,11 @@ NOT_LOADED = (
     "kopf",
     "kubernetes",
     "yaml",
-    "specops.sim",
+    "specops_lab.sim",
     "specops.api",
     "specops.render",
     "specops.control",
-    "specops.launch",
+    "specops_lab.launch",
     "specops_operator",
 )
 

@@ -1,0 +1,403 @@
+"""From runs to figures: the oracle, per-trace summaries, the targets, JSON and markdown.
+
+The oracle picks, for every segment of a trace, the run that did best there (goodput,
+then throughput) in hindsight among every policy but the controller: each static k,
+off, vLLM's documented table, the best table computed on the engine's truth, and the
+per-step rule; it switches between them for free, so its figures are those segments'
+figures stitched together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from specops_lab.bench._run import RunResult, SegmentStats
+from specops_lab.bench._spec import LoadTrace
+
+__all__ = [
+    "ORACLE",
+    "Summary",
+    "TargetResult",
+    "TraceResults",
+    "cross_table",
+    "evaluate_targets",
+    "markdown",
+    "oracle",
+    "results_json",
+    "summarize",
+]
+
+ORACLE = "oracle"
+CONTROLLED = "specops"
+VLLM_TABLE = "vllm-table"
+
+
+@dataclass(frozen=True)
+class Summary:
+    throughput: float
+    goodput: float
+    mean_tpot_s: float
+    p90_tpot_s: float
+    restarts: int
+
+
+def summarize(segments: Sequence[SegmentStats], restarts: int) -> Summary:
+    duration = sum(s.end - s.start for s in segments)
+    tpots = np.asarray([t for s in segments for t in s.tpots])
+    return Summary(
+        throughput=sum(s.tokens for s in segments) / duration,
+        goodput=sum(s.goodput * (s.end - s.start) for s in segments) / duration,
+        mean_tpot_s=float(tpots.mean()) if tpots.size else float("nan"),
+        p90_tpot_s=float(np.percentile(tpots, 90)) if tpots.size else float("nan"),
+        restarts=restarts,
+    )
+
+
+def _rank(segment: SegmentStats) -> tuple[float, float]:
+    return (segment.goodput, segment.throughput)
+
+
+@dataclass(frozen=True)
+class TraceResults:
+    trace: LoadTrace
+    runs: Mapping[str, RunResult]
+    fixed: tuple[str, ...]
+    oracle_segments: tuple[SegmentStats, ...]
+    oracle_choices: tuple[str, ...]
+
+    def summary(self, policy: str) -> Summary:
+        if policy == ORACLE:
+            return summarize(self.oracle_segments, 0)
+        run = self.runs[policy]
+        return summarize(run.segments, run.restarts)
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        return (*self.runs, ORACLE)
+
+    @property
+    def truth(self) -> str:
+        """The engine truth every run of the trace was measured on."""
+        return next(iter(self.runs.values())).truth
+
+
+def oracle(trace: LoadTrace, runs: Mapping[str, RunResult], fixed: Sequence[str]) -> TraceResults:
+    """Best of the ``fixed`` runs per segment, in hindsight, switching for free."""
+    if not fixed:
+        raise ValueError("the oracle needs at least one fixed-config run")
+    chosen: list[str] = []
+    stitched: list[SegmentStats] = []
+    for index in range(len(trace.segments)):
+        best = max(fixed, key=lambda name: _rank(runs[name].segments[index]))
+        chosen.append(best)
+        stitched.append(runs[best].segments[index])
+    return TraceResults(trace, runs, tuple(fixed), tuple(stitched), tuple(chosen))
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    target: str
+    trace: str
+    passed: bool
+    detail: str
+
+
+def _regime_changes(trace: LoadTrace) -> int:
+    changes = 0
+    for before, after in zip(trace.segments, trace.segments[1:], strict=False):
+        end_before = before.to if before.to is not None else before.concurrency
+        if after.concurrency != end_before or after.to is not None or after.mix != before.mix:
+            changes += 1
+    return changes
+
+
+def _steady_targets(results: TraceResults) -> list[TargetResult]:
+    out = []
+    controlled = results.runs[CONTROLLED]
+    for index, segment in enumerate(results.trace.segments):
+        mine = controlled.segments[index].goodput
+        best_name = max(results.fixed, key=lambda n: results.runs[n].segments[index].goodput)
+        best = results.runs[best_name].segments[index].goodput
+        off = results.runs["off"].segments[index].goodput if "off" in results.runs else None
+        ratio = mine / best if best else float("nan")
+        ok = ratio >= 0.97 and (off is None or mine >= 0.98 * off)
+        off_words = f", {mine / off:.3f} of no speculation" if off else ""
+        out.append(
+            TargetResult(
+                "steady: within 3% of the best static, never >2% below off",
+                f"{results.trace.name}@c{segment.concurrency}",
+                ok,
+                f"specops {mine:.0f} tok/s goodput = {ratio:.3f} of best static "
+                f"({best_name}, {best:.0f}){off_words}",
+            )
+        )
+    # Each steady run starts from day zero's k: one move to the load's config is the answer
+    # to the regime starting, a second is flapping.
+    per_run = [0] * len(results.trace.segments)
+    starts = [0.0]
+    for segment in results.trace.segments:
+        starts.append(starts[-1] + segment.duration_s)
+    for d in controlled.decisions:
+        if d.action in ("Reconfigure", "Rollback"):
+            per_run[max(i for i, s in enumerate(starts[:-1]) if s <= d.at)] += 1
+    out.append(
+        TargetResult(
+            "no flapping: <= 1 reconfiguration per steady run (from day zero)",
+            results.trace.name,
+            max(per_run, default=0) <= 1,
+            f"{controlled.restarts} reconfigurations over {len(per_run)} steady runs "
+            f"(most in one run: {max(per_run, default=0)})",
+        )
+    )
+    return out
+
+
+def _mixed_targets(results: TraceResults) -> list[TargetResult]:
+    name = results.trace.name
+    mine = results.summary(CONTROLLED).goodput
+    best_oracle = results.summary(ORACLE).goodput
+    statics = [p for p in results.fixed if p == "off" or (p.startswith("k") and p[1:].isdigit())]
+    out = [
+        TargetResult(
+            "mixed: >= 0.95 of the oracle's goodput",
+            name,
+            mine >= 0.95 * best_oracle,
+            f"specops {mine:.0f} / oracle {best_oracle:.0f} = {mine / best_oracle:.3f}",
+        )
+    ]
+    if statics:
+        best_static = max(statics, key=lambda p: results.summary(p).goodput)
+        static = results.summary(best_static).goodput
+        out.append(
+            TargetResult(
+                "mixed: ahead of the best single static k",
+                name,
+                mine > static,
+                f"specops {mine:.0f} vs {best_static} {static:.0f} ({mine / static - 1:+.1%})",
+            )
+        )
+    if VLLM_TABLE in results.runs:
+        table = results.summary(VLLM_TABLE).goodput
+        out.append(
+            TargetResult(
+                "mixed: ahead of vLLM's documented table",
+                name,
+                mine > table,
+                f"specops {mine:.0f} vs {VLLM_TABLE} {table:.0f} ({mine / table - 1:+.1%})",
+            )
+        )
+    return out
+
+
+def _flapping_target(results: TraceResults) -> TargetResult:
+    trace = results.trace
+    restarts = results.runs[CONTROLLED].restarts
+    changes = _regime_changes(trace)
+    if trace.noise > 0 and changes == 0:
+        return TargetResult(
+            "no flapping: none on stationary noisy load",
+            trace.name,
+            restarts == 0,
+            f"{restarts} reconfigurations on a stationary load with noise {trace.noise:g}",
+        )
+    return TargetResult(
+        "no flapping: <= 1 reconfiguration per load-regime change",
+        trace.name,
+        restarts <= changes,
+        f"{restarts} reconfigurations for {changes} regime changes",
+    )
+
+
+def _first(
+    timeline: Sequence[tuple[float, int, int]], start: float, end: float, off: bool
+) -> float | None:
+    """When, in [start, end), the engine first ran with speculation off (or on)."""
+    return next(
+        (t for t, running, k in timeline if start <= t < end and running > 0 and (k == 0) == off),
+        None,
+    )
+
+
+def _crossover_targets(
+    results: TraceResults, window_s: float, restart_s: float
+) -> list[TargetResult]:
+    """Off within three windows where the oracle is off, back on within three after."""
+    trace = results.trace
+    timeline = results.runs[CONTROLLED].timeline
+    starts = [0.0]
+    for segment in trace.segments:
+        starts.append(starts[-1] + segment.duration_s)
+    allowed = 3 * window_s + restart_s
+    out = []
+    for index, choice in enumerate(results.oracle_choices):
+        previous = results.oracle_choices[index - 1] if index else None
+        if choice == "off" and previous != "off":
+            want_off = True
+        elif choice != "off" and previous == "off":
+            want_off = False
+        else:
+            continue
+        start, end = starts[index], starts[index + 1]
+        found = _first(timeline, start, end, want_off)
+        when = "never" if found is None else f"after {found - start:.0f} s"
+        out.append(
+            TargetResult(
+                f"crossover: speculation {'off' if want_off else 'back on'} within three "
+                "windows (plus a restart)",
+                f"{trace.name}:{trace.segments[index].name(index)}",
+                found is not None and found - start <= allowed,
+                f"{'off' if want_off else 'on'} {when} (allowed {allowed:.0f} s)",
+            )
+        )
+    return out
+
+
+def evaluate_targets(
+    all_results: Sequence[TraceResults], window_s: float = 60.0, restart_s: float = 60.0
+) -> list[TargetResult]:
+    out: list[TargetResult] = []
+    for results in all_results:
+        if CONTROLLED not in results.runs:
+            continue
+        if results.trace.sweep:
+            out.extend(_steady_targets(results))
+            continue
+        if results.trace.mixed:
+            out.extend(_mixed_targets(results))
+        out.extend(_crossover_targets(results, window_s, restart_s))
+        out.append(_flapping_target(results))
+    return out
+
+
+def _ratio(results: TraceResults, policy: str | None) -> str:
+    """The controller's goodput over ``policy``'s, or a dash when there is none."""
+    if policy is None or policy not in results.policies:
+        return "—"
+    other = results.summary(policy).goodput
+    return f"{results.summary(CONTROLLED).goodput / other:.3f}" if other else "—"
+
+
+def cross_table(all_results: Sequence[TraceResults]) -> list[str]:
+    """Every (trace, truth): the controller against the oracle, the best static k, vLLM's
+    documented table and no speculation, on goodput."""
+    lines = [
+        "### The controller on every trace and truth (goodput ratios)",
+        "",
+        "| trace | truth | / oracle | / best static | / vllm-table | / off | restarts |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for results in all_results:
+        if CONTROLLED not in results.runs:
+            continue
+        mine = results.summary(CONTROLLED)
+        statics = [
+            p for p in results.fixed if p == "off" or (p.startswith("k") and p[1:].isdigit())
+        ]
+
+        best = max(statics, key=lambda p: results.summary(p).goodput, default=None)
+        name = results.trace.name.split("@")[0]
+        lines.append(
+            f"| {name} | {results.truth} | {_ratio(results, ORACLE)} | {_ratio(results, best)} "
+            f"| {_ratio(results, VLLM_TABLE)} | {_ratio(results, 'off')} | {mine.restarts} |"
+        )
+    return [*lines, ""]
+
+
+def _ms(seconds: float) -> str:
+    return "—" if seconds != seconds else f"{seconds * 1e3:.1f}"
+
+
+def markdown(
+    all_results: Sequence[TraceResults], targets: Sequence[TargetResult], command: str
+) -> str:
+    lines = [f"Command: `{command}`", ""]
+    for results in all_results:
+        trace = results.trace
+        oracle_goodput = results.summary(ORACLE).goodput
+        about = f": {trace.description}" if trace.description else ""
+        lines += [
+            f"### {trace.name} ({trace.duration_s:.0f} s virtual){about}",
+            "",
+            f"truth: {results.truth}",
+            "",
+            "| policy | mean TPOT (ms) | p90 TPOT (ms) | throughput (tok/s) | goodput (tok/s) "
+            "| restarts | goodput / oracle |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for policy in results.policies:
+            s = results.summary(policy)
+            ratio = s.goodput / oracle_goodput if oracle_goodput else float("nan")
+            lines.append(
+                f"| {policy} | {_ms(s.mean_tpot_s)} | {_ms(s.p90_tpot_s)} | {s.throughput:.0f} "
+                f"| {s.goodput:.0f} | {s.restarts} | {ratio:.3f} |"
+            )
+        lines += ["", f"Oracle per segment: {', '.join(results.oracle_choices)}", ""]
+        if trace.sweep:
+            lines += _sweep_table(results)
+    lines += cross_table(all_results)
+    lines += ["### Targets", "", "| target | trace | result | detail |", "|---|---|---|---|"]
+    for t in targets:
+        lines.append(f"| {t.target} | {t.trace} | {'PASS' if t.passed else 'FAIL'} | {t.detail} |")
+    passed = sum(t.passed for t in targets)
+    lines += ["", f"{passed} of {len(targets)} targets met.", ""]
+    return "\n".join(lines)
+
+
+def _sweep_table(results: TraceResults) -> list[str]:
+    policies = list(results.runs)
+    lines = [
+        "Goodput (tok/s) by concurrency:",
+        "",
+        "| concurrency | " + " | ".join(policies) + " | oracle pick |",
+        "|---:|" + "---:|" * len(policies) + "---|",
+    ]
+    for index, segment in enumerate(results.trace.segments):
+        row = [f"{results.runs[p].segments[index].goodput:.0f}" for p in policies]
+        lines.append(
+            f"| {segment.concurrency} | "
+            + " | ".join(row)
+            + f" | {results.oracle_choices[index]} |"
+        )
+    return [*lines, ""]
+
+
+def results_json(
+    all_results: Sequence[TraceResults], targets: Sequence[TargetResult], command: str
+) -> dict[str, object]:
+    traces: dict[str, object] = {}
+    for results in all_results:
+        oracle_goodput = results.summary(ORACLE).goodput
+        policies: dict[str, object] = {}
+        for policy in results.policies:
+            s = results.summary(policy)
+            entry: dict[str, object] = {
+                **asdict(s),
+                "goodput_over_oracle": s.goodput / oracle_goodput if oracle_goodput else None,
+            }
+            if policy != ORACLE:
+                run = results.runs[policy]
+                entry["segments"] = [
+                    {
+                        "name": seg.name,
+                        "throughput": seg.throughput,
+                        "goodput": seg.goodput,
+                        "mean_tpot_s": float(np.mean(seg.tpots)) if seg.tpots else None,
+                    }
+                    for seg in run.segments
+                ]
+                entry["decisions"] = [asdict(d) for d in run.decisions if d.action != "Keep"]
+            policies[policy] = entry
+        traces[results.trace.name] = {
+            "truth": results.truth,
+            "duration_s": results.trace.duration_s,
+            "policies": policies,
+            "oracle_choices": list(results.oracle_choices),
+        }
+    return {
+        "command": command,
+        "traces": traces,
+        "targets": [asdict(t) for t in targets],
+    }

@@ -1,0 +1,214 @@
+"""The benchmark's inputs: a suite (service, controller, traces) and load traces, as YAML.
+
+Everything the benchmark varies is data: a load trace is a list of segments of closed-loop
+concurrency (constant or a linear ramp, optionally with stationary noise) over a
+workload; a suite names the service (the engine's truth, the controller's profile, method,
+restart downtime, TPOT target), the controller's settings and the traces with their time
+scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specops.errors import SpecopsError
+from specops_lab.sim import DEFAULT_TRUTH
+
+__all__ = [
+    "BenchError",
+    "BenchSuite",
+    "ControllerSpec",
+    "LoadTrace",
+    "Segment",
+    "ServiceSpec",
+    "TraceEntry",
+    "load_suite",
+]
+
+
+class BenchError(SpecopsError):
+    """A benchmark input (suite, trace, workload) is invalid or missing."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Segment(_Spec):
+    """``duration_s`` of closed-loop load: ``concurrency`` clients, ramping to ``to`` if set.
+
+    ``mix`` weighs the workload's components for requests that arrive in the segment
+    (a workload shift); unset, the previous segment's mix carries on.
+    """
+
+    duration_s: float = Field(gt=0)
+    concurrency: int = Field(ge=0)
+    to: int | None = Field(default=None, ge=0)
+    label: str | None = None
+    mix: dict[str, float] | None = None
+
+    def at(self, fraction: float) -> float:
+        """Concurrency ``fraction`` of the way through the segment."""
+        if self.to is None:
+            return float(self.concurrency)
+        return self.concurrency + (self.to - self.concurrency) * fraction
+
+    def name(self, index: int) -> str:
+        if self.label:
+            return self.label
+        shape = f"{self.concurrency}->{self.to}" if self.to is not None else f"{self.concurrency}"
+        return f"{index}:c{shape}"
+
+
+class LoadTrace(_Spec):
+    """Concurrency over time on one workload.
+
+    ``sweep``: every segment is its own run (a steady sweep), the first ``warmup_s`` of
+    each left out of its figures. ``noise``: each ``noise_period_s`` the concurrency is
+    scaled by a factor drawn from N(1, noise), a stationary but noisy load. ``mixed``:
+    the trace counts among the mixed traces of the targets (ahead of every fixed config,
+    near the oracle).
+    """
+
+    name: str
+    description: str = ""
+    workload: str
+    segments: tuple[Segment, ...] = Field(min_length=1)
+    sweep: bool = False
+    warmup_s: float = Field(default=0.0, ge=0)
+    noise: float = Field(default=0.0, ge=0, le=1)
+    noise_period_s: float = Field(default=10.0, gt=0)
+    mixed: bool = True
+
+    def scaled(self, factor: float) -> LoadTrace:
+        """The same trace with every duration multiplied by ``factor`` (a shorter CI run)."""
+        return self.model_copy(
+            update={
+                "segments": tuple(
+                    s.model_copy(update={"duration_s": s.duration_s * factor})
+                    for s in self.segments
+                ),
+                "warmup_s": self.warmup_s * factor,
+            }
+        )
+
+    @property
+    def duration_s(self) -> float:
+        return sum(s.duration_s for s in self.segments)
+
+
+class ServiceSpec(_Spec):
+    """The served model, its speculative method, and what a restart costs.
+
+    ``truth`` is the engine's physics (a shipped truth's name or a truth file); ``profile``
+    is the controller's prior belief about it, which the truth need not match.
+    ``initial_k`` is the k the controlled service starts with, as the operator starts a
+    SpeculativeService at ``numSpeculativeTokens.initial``. ``per_batch_size`` False is a
+    SpeculativeService with ``perBatchSizeSchedule: false``: the controller chooses one k,
+    never vLLM's per-batch-size table.
+    """
+
+    truth: str = DEFAULT_TRUTH
+    profile: str = "llama3.1-8b-h100"
+    method: str = "eagle3"
+    draft_model: str = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    max_num_seqs: int = Field(default=256, ge=1)
+    restart_downtime_s: float = Field(default=60.0, ge=0)
+    tpot_target_ms: float = Field(default=40.0, gt=0)
+    k_max: int = Field(default=7, ge=1, le=32)
+    initial_k: int = Field(default=3, ge=1, le=32)
+    prior_acceptance: tuple[float, ...] = Field(min_length=1, max_length=32)
+    per_batch_size: bool = True
+    seed: int = 0
+
+
+class ControllerSpec(_Spec):
+    """The slow loop's knobs in the benchmark (seconds of virtual time)."""
+
+    window_s: float = Field(default=60.0, gt=0)
+    scrape_s: float = Field(default=2.0, gt=0)
+    min_dwell_s: float = Field(default=300.0, ge=0)
+    max_reconfigurations_per_hour: int = Field(default=4, ge=0)
+    margin: float = Field(default=1.5, ge=0)
+    min_gain: float = Field(default=0.03, ge=0)
+    regime_min_s: float = Field(default=300.0, ge=0)
+    regime_max_s: float = Field(default=3600.0, gt=0)
+    min_drafts: int = Field(default=2000, ge=1)
+
+
+class TraceEntry(_Spec):
+    """A trace file of the suite, with its time scale and, for a sweep, which segments."""
+
+    trace: str
+    time_scale: float = Field(default=1.0, gt=0)
+    levels: tuple[int, ...] | None = None
+
+
+class BenchSuite(_Spec):
+    """Traces, policies and the service; ``truths``: every trace runs on each of these
+    engine truths (default: the service's one), the controller always starting from the
+    service's profile, whichever truth the engine runs."""
+
+    name: str
+    service: ServiceSpec
+    controller: ControllerSpec = ControllerSpec()
+    traces: tuple[TraceEntry, ...] = Field(min_length=1)
+    policies: tuple[str, ...] | None = None
+    truths: tuple[str, ...] | None = Field(default=None, min_length=1)
+
+    @property
+    def truth_axis(self) -> tuple[str, ...]:
+        return self.truths or (self.service.truth,)
+
+
+def _read_yaml(path: Path, what: str) -> object:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"cannot read {what} {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise BenchError(f"{what} {path} is not valid YAML: {exc}") from exc
+
+
+def load_trace(path: Path, entry: TraceEntry) -> LoadTrace:
+    """A trace file, scaled and (for a sweep) cut to the entry's levels."""
+    try:
+        trace = LoadTrace.model_validate(_read_yaml(path, "trace"))
+    except ValidationError as exc:
+        raise BenchError(f"invalid trace {path}: {exc}") from exc
+    if entry.levels is not None:
+        if not trace.sweep:
+            raise BenchError(f"{path}: levels apply only to a sweep trace (sweep: true)")
+        chosen = tuple(s for s in trace.segments if s.concurrency in entry.levels)
+        missing = set(entry.levels) - {s.concurrency for s in chosen}
+        if missing:
+            raise BenchError(f"{path}: levels {sorted(missing)} are not segments of the sweep")
+        trace = trace.model_copy(update={"segments": chosen})
+    workload = Path(trace.workload)
+    if not workload.is_absolute() and (path.parent / workload).is_file():
+        trace = trace.model_copy(update={"workload": str(path.parent / workload)})
+    return trace.scaled(entry.time_scale)
+
+
+def _suite_data(path: Path) -> dict[str, object]:
+    """The suite's mapping, over the mapping of its ``base`` suite if it names one."""
+    data = _read_yaml(path, "suite")
+    if not isinstance(data, dict):
+        raise BenchError(f"suite {path} must be a mapping")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return {**_suite_data(path.parent / str(base)), **data}
+
+
+def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:
+    """A suite file and its traces; trace and base paths are relative to the suite file."""
+    try:
+        suite = BenchSuite.model_validate(_suite_data(path))
+    except ValidationError as exc:
+        raise BenchError(f"invalid suite {path}: {exc}") from exc
+    traces = tuple(load_trace(path.parent / entry.trace, entry) for entry in suite.traces)
+    return suite, traces

@@ -1,0 +1,173 @@
+"""A whole suite: every policy over every trace, then the oracle and the targets."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from specops.policy import SpecConfig
+from specops_lab.bench._report import TraceResults, oracle
+from specops_lab.bench._run import (
+    ControlledPolicy,
+    FixedPolicy,
+    GoodputRulePolicy,
+    Policy,
+    RunResult,
+    load_inputs,
+    run_policy,
+)
+from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace
+from specops_lab.bench._truth_table import truth_table
+
+__all__ = [
+    "VLLM_DOCUMENTED_TABLE",
+    "compare_on_trace",
+    "default_jobs",
+    "policies_for",
+    "run_suite",
+]
+
+# vLLM's dynamic speculative decoding docs, Llama-3.1-8B + EAGLE-3.
+VLLM_DOCUMENTED_TABLE = SpecConfig.table(
+    [[1, 16, 5], [17, 32, 4], [33, 64, 3], [65, 128, 1], [129, 512, 0]]
+)
+
+
+def policies_for(suite: BenchSuite) -> list[Policy]:
+    """Every policy of the comparison, or the suite's selection of them, by name."""
+    service = suite.service
+    every: list[Policy] = [
+        FixedPolicy("off", SpecConfig.off()),
+        *(FixedPolicy(f"k{k}", SpecConfig.static(k)) for k in range(1, service.k_max + 1)),
+        FixedPolicy("vllm-table", VLLM_DOCUMENTED_TABLE),
+        GoodputRulePolicy("turbospec"),
+        ControlledPolicy("specops"),
+    ]
+    if suite.policies is None:
+        return every
+    known = {p.name: p for p in every}
+    unknown = [name for name in suite.policies if name not in known]
+    if unknown:
+        raise BenchError(f"policies: unknown {unknown}; known: {sorted(known)}")
+    return [known[name] for name in suite.policies]
+
+
+def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
+    """The best table on the truth for each workload mix the trace runs (oracle baselines)."""
+    service = suite.service
+    _, truth, workload = load_inputs(trace, service)
+    # the first segment to run each distinct mix names it
+    mixes: dict[str, tuple[str, dict[str, float] | None]] = {}
+    current: dict[str, float] | None = None
+    for index, segment in enumerate(trace.segments):
+        current = segment.mix if segment.mix is not None else current
+        mixes.setdefault(json.dumps(current, sort_keys=True), (segment.name(index), current))
+    many = len(mixes) > 1
+    return [
+        FixedPolicy(
+            f"truth-table-{label}" if many else "truth-table",
+            truth_table(
+                truth,
+                workload,
+                service.method,
+                k_max=service.k_max,
+                max_batch=service.max_num_seqs,
+                seed=service.seed,
+                mix=mix,
+            ),
+        )
+        for label, mix in mixes.values()
+    ]
+
+
+def default_jobs() -> int:
+    """Worker processes for independent runs: two, or fewer on a smaller machine."""
+    return min(2, os.cpu_count() or 1)
+
+
+def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:
+    return [*policies_for(suite), *_truth_tables(trace, suite)]
+
+
+def _judge(
+    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult]
+) -> TraceResults:
+    """The oracle per segment: it picks among the fixed configs, the truth's best tables and
+    the per-step rule, whichever did best in hindsight (never the controller)."""
+    pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
+    return oracle(trace, runs, pool)
+
+
+def compare_on_trace(
+    suite: BenchSuite, trace: LoadTrace, progress: Callable[[str], None] = lambda _: None
+) -> TraceResults:
+    """Every policy of the suite on one trace, and the oracle per segment (see ``_judge``)."""
+    runs = {}
+    candidates = _candidates(suite, trace)
+    for policy in candidates:
+        progress(f"{trace.name}: {policy.name}")
+        runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
+    return _judge(trace, candidates, runs)
+
+
+def _run_all(
+    runs: Sequence[tuple[LoadTrace, Policy, BenchSuite]],
+    progress: Callable[[str], None],
+    jobs: int,
+) -> list[RunResult]:
+    """``run_policy`` for every (trace, policy, suite), in order; with ``jobs`` > 1 in that
+    many processes (each run is independent and seeded, so the results are the same), the
+    per-step rule's runs, the slowest, handed out first."""
+    if jobs <= 1 or len(runs) <= 1:
+        results = []
+        for trace, policy, suite in runs:
+            progress(f"{trace.name}: {policy.name}")
+            results.append(run_policy(trace, policy, suite.service, suite.controller))
+        return results
+    order = sorted(range(len(runs)), key=lambda i: not isinstance(runs[i][1], GoodputRulePolicy))
+    done: dict[int, RunResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            pool.submit(
+                run_policy, runs[i][0], runs[i][1], runs[i][2].service, runs[i][2].controller
+            ): i
+            for i in order
+        }
+        for future in as_completed(futures):
+            index = futures[future]
+            done[index] = future.result()
+            trace, policy, _ = runs[index]
+            progress(f"{trace.name}: {policy.name} done ({len(done)}/{len(runs)})")
+    return [done[i] for i in range(len(runs))]
+
+
+def run_suite(
+    suite: BenchSuite,
+    traces: Sequence[LoadTrace],
+    progress: Callable[[str], None] = lambda _: None,
+    jobs: int = 1,
+) -> list[TraceResults]:
+    """Every trace on every truth of the suite; with several truths a trace's results are
+    named ``trace@truth``. Independent runs go to ``jobs`` processes."""
+    truths = suite.truth_axis
+    cases: list[tuple[LoadTrace, list[Policy], BenchSuite]] = []
+    for truth in truths:
+        on_truth = suite.model_copy(
+            update={"service": suite.service.model_copy(update={"truth": truth})}
+        )
+        for trace in traces:
+            named = trace.model_copy(update={"name": f"{trace.name}@{truth}"})
+            cases.append(
+                (named if len(truths) > 1 else trace, _candidates(on_truth, trace), on_truth)
+            )
+    runs = [
+        (trace, policy, on_truth) for trace, candidates, on_truth in cases for policy in candidates
+    ]
+    results = iter(_run_all(runs, progress, jobs))
+    out = []
+    for trace, candidates, _ in cases:
+        by_name = {policy.name: next(results) for policy in candidates}
+        out.append(_judge(trace, candidates, by_name))
+    return out

@@ -1,0 +1,655 @@
+"""Stretches: many engine steps planned and priced at once, as stepping would run them.
+
+Between the steps that need the whole scheduler (a chunked prefill, a change of k, a step
+that opens with a preemption) consecutive steps differ only in who is in the batch:
+requests finish, arrive (a closed loop's replacements), are admitted as far as slots, the
+token budget and the KV cache allow, and are preempted when the running ones outgrow the
+cache. A stretch plans them request by request: each decoding request's tokens come from
+its lane (specops_lab.sim._lanes), so only those events are visited one at a time. Every
+per-step figure (batch, context, tokens, KV blocks, accepted drafts) is then summed over the
+lanes with numpy, the step times come from the truth's formula over arrays, and the stretch
+ends at the first step that stepping would run differently or that starts at or after the
+time asked for.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from specops.profiles import DraftFamily
+from specops_lab.sim._lanes import Lane
+from specops_lab.sim._noise import StepNoise
+from specops_lab.sim._truth import EngineSteps, EngineTruth
+
+__all__ = [
+    "Entrant",
+    "LaneSteps",
+    "Limits",
+    "Plan",
+    "Pricing",
+    "Requests",
+    "StepEvents",
+    "Stretch",
+    "plan",
+    "price",
+]
+
+Counts = npt.NDArray[np.int64]
+Times = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Entrant:
+    """A request the stretch admits: its prefill chunk, the prompt tokens its first token
+    counts (0 when counted before a preemption) and its lane after that first token (None:
+    that token finishes it)."""
+
+    chunk: int
+    prompt: int
+    lane: Lane | None
+
+
+class Requests(Protocol):
+    """The engine's requests: running ones by admission order, then the queue: waiting
+    ones (indices from 0), then a closed loop's next arrivals."""
+
+    def running_lanes(self, cap: int) -> list[Lane]:
+        """The running requests' lanes, in admission order, walked for ``cap``."""
+
+    def chunk(self, index: int) -> int:
+        """Tokens the prefill of the queued request at ``index`` computes."""
+
+    def entrant(self, index: int, cap: int) -> Entrant:
+        """The queued request at ``index``, admitted, its lane walked for ``cap``."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The scheduler's limits: tokens per step, lookahead slots per request, KV blocks."""
+
+    max_batched_tokens: int
+    lookahead: int
+    block: int
+    kv_blocks: int
+
+    @overload
+    def blocks(self, tokens: int) -> int: ...
+    @overload
+    def blocks(self, tokens: Counts) -> Counts: ...
+    def blocks(self, tokens: int | Counts) -> int | Counts:
+        """KV blocks a request with ``tokens`` of context holds, its lookahead included."""
+        return (tokens + self.lookahead + self.block - 1) // self.block
+
+
+@dataclass(frozen=True)
+class LaneSteps:
+    """Every decode of some lanes in a stretch, flat: the decode's step, its lane, the
+    tokens past the lane's origin before and after it, the lane's remaining tokens and its
+    context at the origin."""
+
+    lane: Counts
+    step: Counts
+    low: Counts
+    high: Counts
+    remaining: Counts
+    origin: Counts
+
+    @classmethod
+    def of(cls, spans: Sequence[tuple[int, Lane, int, int]]) -> LaneSteps:
+        """Lanes by (lane id, lane, first step, decodes), each from its ``done`` on."""
+        counts = np.asarray([count for _, _, _, count in spans], dtype=np.int64)
+        if not spans:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, empty, empty, empty)
+        low = np.concatenate([lane.cum[lane.done : lane.done + n] for _, lane, _, n in spans])
+        high = np.concatenate(
+            [lane.cum[lane.done + 1 : lane.done + n + 1] for _, lane, _, n in spans]
+        )
+        first = np.asarray([start for _, _, start, _ in spans], dtype=np.int64)
+        offsets = np.cumsum(counts) - counts
+        return cls(
+            lane=np.repeat(np.asarray([i for i, _, _, _ in spans], dtype=np.int64), counts),
+            step=np.arange(low.size) + np.repeat(first - offsets, counts),
+            low=low,
+            high=high,
+            remaining=np.repeat(np.asarray([ln.remaining for _, ln, _, _ in spans]), counts),
+            origin=np.repeat(np.asarray([ln.context for _, ln, _, _ in spans]), counts),
+        )
+
+    def columns(self) -> tuple[Counts, ...]:
+        return (self.lane, self.step, self.low, self.high, self.remaining, self.origin)
+
+    def before(self, steps: int) -> LaneSteps:
+        return self.where(self.step < steps)
+
+    def where(self, keep: npt.NDArray[np.bool_]) -> LaneSteps:
+        return LaneSteps(*(column[keep] for column in self.columns()))
+
+    def join(self, other: LaneSteps) -> LaneSteps:
+        pairs = zip(self.columns(), other.columns(), strict=True)
+        return LaneSteps(*(np.concatenate(pair) for pair in pairs))
+
+    @property
+    def context(self) -> Counts:
+        return self.origin + self.low
+
+    @property
+    def emitted(self) -> Counts:
+        """Tokens each decode emits: the trace's, but the last one stops at the target."""
+        return np.minimum(self.high, self.remaining) - self.low
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What happens in steps ``0 .. steps - 1`` at the level of requests.
+
+    Lanes are the running requests (in admission order), then the admitted ones (in order;
+    None: finished by its first token). ``starts``/``finishes``: a lane's first decode step
+    and the step at whose end it finishes (maybe past the stretch); ``preempted``: lanes
+    preempted at the start of a step (lane id: step). ``admitted``: (step, entrant) in
+    order; ``arrivals``: the step after which each arrival comes.
+    """
+
+    k: int
+    steps: int
+    lanes: list[Lane | None]
+    starts: list[int]
+    finishes: list[int]
+    preempted: dict[int, int]
+    admitted: list[tuple[int, Entrant]]
+    arrivals: list[int]
+    running: LaneSteps
+    """The decodes of the running lanes up to the horizon, preemptions not yet applied."""
+
+    def decodes(self, lane: int, steps: int) -> int:
+        """How many of steps ``0 .. steps - 1`` the lane decodes in."""
+        last = self.finishes[lane] + 1
+        return min(last, self.preempted.get(lane, last), steps) - self.starts[lane]
+
+    def spans(self, steps: int, first: int = 0) -> list[tuple[int, Lane, int, int]]:
+        """(lane id, lane, first step, decodes) of every lane from ``first`` on that decodes
+        before ``steps``."""
+        spans = []
+        for index, lane in enumerate(self.lanes[first:], start=first):
+            if lane is not None:
+                count = self.decodes(index, steps)
+                if count > 0:
+                    spans.append((index, lane, self.starts[index], count))
+        return spans
+
+    def all_decodes(self, steps: int) -> LaneSteps:
+        """Every decode before ``steps``: the running lanes' (but for preempted steps), then
+        the admitted lanes'."""
+        running = self.running.before(steps)
+        if self.preempted:
+            stop = np.full(len(self.lanes), steps, dtype=np.int64)
+            for lane, step in self.preempted.items():
+                stop[lane] = step
+            running = running.where(running.step < stop[running.lane])
+        first = len(self.lanes) - len(self.admitted)
+        return running.join(LaneSteps.of(self.spans(steps, first)))
+
+
+class _Blocks:
+    """KV blocks the planned requests hold. While the most that all requests in flight will
+    hold (each at its finish) fits the cache, nothing is counted; once it may not, blocks
+    are counted step by step, and a step where they outgrow the cache preempts."""
+
+    def __init__(self, limits: Limits, horizon: int) -> None:
+        self._limits = limits
+        self._horizon = horizon
+        self.held: Counts | None = None
+        self.most = 0
+        self.outgrown = horizon
+
+    def peak(self, lane: Lane | None, chunk: int) -> int:
+        """The most a request holds: at its finish (or, finished by its first token, its
+        prefill)."""
+        return self._limits.blocks(chunk if lane is None else lane.context + lane.remaining)
+
+    def free(self, step: int) -> int | None:
+        """Blocks free at ``step`` (None: more than any admission will need)."""
+        if self.held is None:
+            return None
+        return self._limits.kv_blocks - int(self.held[step])
+
+    def over(self, step: int) -> bool:
+        return self.held is not None and int(self.held[step]) > self._limits.kv_blocks
+
+    def expect(self, peak: int, planned: Plan) -> None:
+        """A request that will hold at most ``peak`` joins: count blocks if it may not fit."""
+        self.most += peak
+        if self.held is None and self.most > self._limits.kv_blocks:
+            decodes = planned.all_decodes(self._horizon)
+            held = np.bincount(
+                decodes.step, self._limits.blocks(decodes.context), minlength=self._horizon
+            )
+            self.held = held.astype(np.int64)
+            self._outgrown(0)
+
+    def hold(self, lane: Lane, start: int, count: int, done: int, sign: int = 1) -> None:
+        """``lane`` decodes ``count`` steps from ``start`` on, ``done`` decodes past its
+        origin then (``sign`` -1: no longer does)."""
+        if self.held is None or count <= 0:
+            return
+        held = self.held[start : start + count]
+        blocks = self._limits.blocks(lane.context + lane.cum[done : done + count])
+        held += sign * blocks
+        if sign > 0:
+            self._outgrown(start, count)
+        else:
+            self.outgrown = self._horizon
+            self._outgrown(start)
+
+    def _outgrown(self, start: int, count: int | None = None) -> None:
+        assert self.held is not None
+        held = self.held[start : None if count is None else start + count]
+        over = np.flatnonzero(held > self._limits.kv_blocks)
+        if over.size:
+            self.outgrown = min(self.outgrown, start + int(over[0]))
+
+
+class _Planner:
+    """The event loop of ``plan``: only the steps where something changes.
+
+    The queue holds the engine's indices (waiting requests, then arrivals) and, pushed to
+    its front, requests preempted in the plan (negative: ``-1 - i`` for ``resumed[i]``).
+    """
+
+    def __init__(
+        self,
+        requests: Requests,
+        limits: Limits,
+        k_for: Callable[[int], int],
+        *,
+        k: int,
+        running: int,
+        waiting: int,
+        free_slots: int,
+        concurrency: int | None,
+        horizon: int,
+    ) -> None:
+        self.requests = requests
+        self.limits = limits
+        self.k_for = k_for
+        self.concurrency = concurrency
+        self.horizon = horizon
+        self.free_slots = free_slots
+        self.in_flight = running
+        self.pending: deque[int] = deque(range(waiting))
+        self.next_index = waiting
+        self.resumed: list[Entrant] = []
+        self.blocked = False
+        self.k = k
+        lanes = requests.running_lanes(k + 1)
+        spans = [(i, lane, 0, min(lane.steps - lane.done, horizon)) for i, lane in enumerate(lanes)]
+        self.planned = Plan(k, horizon, [], [], [], {}, [], [], LaneSteps.of(spans))
+        self.blocks = _Blocks(limits, horizon)
+        self.peaks: list[int] = []
+        self.heap: list[tuple[int, int]] = []
+        self.alive: set[int] = set()
+        for lane in lanes:
+            self._add(lane, 0, lane.steps - lane.done - 1, self.blocks.peak(lane, 0))
+        self.blocks.expect(sum(self.peaks), self.planned)
+
+    def _chunk(self, item: int) -> int:
+        return self.requests.chunk(item) if item >= 0 else self.resumed[-1 - item].chunk
+
+    def _entrant(self, item: int) -> Entrant:
+        if item >= 0:
+            return self.requests.entrant(item, self.k + 1)
+        return self.resumed[-1 - item]
+
+    def _add(self, lane: Lane | None, start: int, finish: int, peak: int) -> None:
+        planned = self.planned
+        self.alive.add(len(planned.lanes))
+        heapq.heappush(self.heap, (finish, len(planned.lanes)))
+        planned.lanes.append(lane)
+        planned.starts.append(start)
+        planned.finishes.append(finish)
+        self.peaks.append(peak)
+
+    def preempt(self, step: int) -> None:
+        """As the scheduler: while the running requests outgrow the KV cache, the last
+        admitted loses its blocks and goes back to the front of the queue."""
+        planned = self.planned
+        while self.alive and self.blocks.over(step):
+            victim = max(self.alive)
+            lane = planned.lanes[victim]
+            assert lane is not None
+            done = step - planned.starts[victim]
+            after = min(planned.finishes[victim] + 1, self.horizon) - step
+            self.blocks.hold(lane, step, after, lane.done + done, sign=-1)
+            planned.preempted[victim] = step
+            self.alive.remove(victim)
+            self.blocks.most -= self.peaks[victim]
+            self.in_flight -= 1
+            self.free_slots += 1
+            context = lane.context + int(lane.cum[lane.done + done])
+            self.resumed.append(Entrant(context, 0, lane.resumed(lane.done + done)))
+            self.pending.appendleft(-len(self.resumed))
+
+    def admit(self, step: int) -> int | None:
+        """Admit at ``step`` as the scheduler would; None where it would chunk a prefill."""
+        limits = self.limits
+        blocks = self.blocks
+        budget = limits.max_batched_tokens - self.in_flight * limits.lookahead
+        taken = needed = 0
+        self.blocked = False
+        while self.pending and taken < self.free_slots and budget > 0:
+            chunk = self._chunk(self.pending[0])
+            if chunk > budget:
+                return None
+            entrant = self._entrant(self.pending[0])
+            peak = blocks.peak(entrant.lane, chunk)
+            blocks.expect(peak, self.planned)
+            free = blocks.free(step)
+            need = limits.blocks(chunk)
+            if free is not None and need > free - needed:
+                blocks.most -= peak
+                self.blocked = True
+                break
+            self.pending.popleft()
+            budget -= chunk
+            needed += need
+            taken += 1
+            lane = entrant.lane
+            finish = step + (lane.steps if lane else 0)
+            self.planned.admitted.append((step, entrant))
+            self._add(lane, step + 1, finish, peak)
+            if lane is not None:
+                blocks.hold(lane, step + 1, min(finish + 1, self.horizon) - step - 1, lane.done)
+        return taken
+
+    def finish(self, step: int) -> int:
+        """Requests that finish at ``step``'s end leave; then the closed loop tops up."""
+        ended = 0
+        while self.heap and self.heap[0][0] == step:
+            lane = heapq.heappop(self.heap)[1]
+            if lane in self.alive:
+                self.alive.remove(lane)
+                self.blocks.most -= self.peaks[lane]
+                ended += 1
+        self.in_flight -= ended
+        self.free_slots += ended
+        if self.concurrency is not None:
+            for _ in range(self.concurrency - self.in_flight - len(self.pending)):
+                self.pending.append(self.next_index)
+                self.next_index += 1
+                self.planned.arrivals.append(step)
+        return ended
+
+    def run(self) -> Plan | None:
+        step = 0
+        end = self.horizon
+        while step < self.horizon:
+            if not self.in_flight and not self.pending:  # the engine runs dry: no step
+                end = step
+                break
+            preempts = step >= self.blocks.outgrown
+            if preempts:
+                self.preempt(step)
+            decoding = self.in_flight
+            taken = self.admit(step)
+            if taken is None or (decoding and self.k_for(decoding + taken) != self.k):
+                end = step
+                break
+            self.in_flight += taken
+            self.free_slots -= taken
+            ended = self.finish(step)
+            roomy = self.limits.max_batched_tokens > self.in_flight * self.limits.lookahead
+            if (
+                ended
+                or preempts
+                or (self.pending and self.free_slots and roomy and not self.blocked)
+            ):
+                step += 1
+            elif self.heap:  # nothing changes until the next request finishes
+                step = min(self.heap[0][0], self.blocks.outgrown)
+            else:
+                end = step + 1
+                break
+        if end == 0:
+            return None
+        return replace(self.planned, steps=min(end, self.horizon))
+
+
+def plan(
+    requests: Requests,
+    limits: Limits,
+    *,
+    running: int,
+    held: int,
+    waiting: int,
+    free_slots: int,
+    concurrency: int | None,
+    k_for: Callable[[int], int],
+    horizon: int,
+) -> Plan | None:
+    """The stretch's requests; None when its very first step needs the whole scheduler.
+
+    Every running request decodes (none is part way through a chunked prefill) and, all
+    together, they hold ``held`` KV blocks now. A step
+    admits queued requests in order while slots, the token budget and KV blocks last, each
+    prefilled whole (one that would be chunked ends the stretch, as does a step whose
+    running requests outgrow the KV cache: a preemption); ``k_for(scheduled)`` is the k of
+    a step that decodes, and a step that would get another k than the first ends the
+    stretch. With ``concurrency``, after every step the closed loop tops the requests
+    in flight (running and queued) up to it.
+    """
+    if held > limits.kv_blocks:  # the step starts with a preemption: the scheduler's work
+        return None
+    budget = limits.max_batched_tokens - running * limits.lookahead
+    first = _first_admissions(requests, limits, waiting, free_slots, budget, held)
+    if first is None:
+        return None
+    return _Planner(
+        requests,
+        limits,
+        k_for,
+        k=k_for(running + first),
+        running=running,
+        waiting=waiting,
+        free_slots=free_slots,
+        concurrency=concurrency,
+        horizon=horizon,
+    ).run()
+
+
+def _first_admissions(
+    requests: Requests, limits: Limits, waiting: int, slots: int, budget: int, held: int
+) -> int | None:
+    """How many waiting requests the first step admits (its k depends on it), found before
+    any lane is walked, as ``_Planner.admit`` finds them; None when it would chunk one."""
+    free_blocks = limits.kv_blocks - held
+    count = 0
+    while count < waiting and count < slots and budget > 0:
+        chunk = requests.chunk(count)
+        need = limits.blocks(chunk)
+        if need > free_blocks:
+            break
+        if chunk > budget:
+            return None
+        budget -= chunk
+        free_blocks -= need
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What a stretch's steps cost, from the engine."""
+
+    truth: EngineTruth
+    slowdown: float
+    noise: StepNoise
+    table: bool
+    speculative: bool
+    family: DraftFamily
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A plan priced and cut: per-step figures for steps ``0 .. committed - 1``, the lanes'
+    decodes in them (``decodes``) and the KV blocks allocated in the last of them."""
+
+    plan: Plan
+    committed: int
+    ends: Times
+    decoding: Counts
+    k: Counts
+    emitted: Counts
+    first_tokens: Counts
+    prompt_tokens: Counts
+    prefill_tokens: Counts
+    kv_blocks: int
+    decodes: LaneSteps
+
+    def accepted_by_step(self, positions: int) -> Counts:
+        """Drafts accepted at each position (columns), step by step (rows)."""
+        decodes = self.decodes
+        accepted = decodes.high - decodes.low - 1
+        width = max(positions, self.plan.k) + 1
+        counts = np.bincount(
+            decodes.step * width + accepted, minlength=self.committed * width
+        ).reshape(self.committed, width)
+        at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]
+        return at_least[:, 1 : positions + 1]
+
+    def events(self, arrivals_until: float) -> list[StepEvents]:
+        """What happens to requests in the committed steps, step by step, in the order the
+        scheduler does it; arrivals only after steps that end before ``arrivals_until``."""
+        planned = self.plan
+        steps = self.committed
+        first = len(planned.lanes) - len(planned.admitted)
+        by_step: dict[int, StepEvents] = {}
+
+        def at(step: int) -> StepEvents:
+            return by_step.setdefault(step, StepEvents(step, [], [], [], 0))
+
+        for lane, step in planned.preempted.items():
+            if step < steps:
+                at(step).preempted.append(lane)
+        for offset, (step, entrant) in enumerate(planned.admitted):
+            if step < steps:
+                at(step).admitted.append((first + offset, entrant))
+        for lane, step in enumerate(planned.finishes):
+            if step < steps and planned.preempted.get(lane, steps) > step:
+                at(step).finished.append(lane)
+        for step in planned.arrivals:
+            if step < steps and self.ends[step] < arrivals_until:
+                at(step).arrivals += 1
+        return [by_step[step] for step in sorted(by_step)]
+
+    def running_after(self, running: int) -> Counts:
+        """Requests running after each committed step, ``running`` before the first."""
+        planned = self.plan
+        steps = self.committed
+        finished = [
+            step
+            for lane, step in enumerate(planned.finishes)
+            if step < steps and planned.preempted.get(lane, steps) > step
+        ]
+        preempted = [step for step in planned.preempted.values() if step < steps]
+        change = (
+            self.first_tokens
+            - _per_step(np.asarray(finished, dtype=np.int64), steps)
+            - _per_step(np.asarray(preempted, dtype=np.int64), steps)
+        )
+        return running + np.cumsum(change)
+
+    def survivors(self) -> list[int]:
+        """Lanes still running after the committed steps."""
+        planned = self.plan
+        steps = self.committed
+        admitted = sum(1 for step, _ in planned.admitted if step < steps)
+        last = len(planned.lanes) - len(planned.admitted) + admitted
+        return [
+            lane
+            for lane in range(last)
+            if planned.lanes[lane] is not None
+            and planned.finishes[lane] >= steps
+            and planned.preempted.get(lane, steps) >= steps
+        ]
+
+
+@dataclass
+class StepEvents:
+    """One step's changes to who runs: preempted lanes (at its start, in order), admitted
+    (lane id, entrant), finished lanes (at its end, by admission) and arrivals after it."""
+
+    step: int
+    preempted: list[int]
+    admitted: list[tuple[int, Entrant]]
+    finished: list[int]
+    arrivals: int
+
+
+def _per_step(index: Counts, steps: int, weights: Counts | None = None) -> Counts:
+    return np.bincount(index, weights, minlength=steps)[:steps].astype(np.int64)
+
+
+def price(
+    planned: Plan,
+    pricing: Pricing,
+    limits: Limits,
+    *,
+    now: float,
+    until: float,
+    phase_end: float,
+    most: int | None = None,
+) -> Stretch:
+    """Sum the plan's lanes per step, time every step, and cut the stretch where stepping
+    would differ: the first step that starts at or after ``until``, the step that crosses
+    ``phase_end`` (the workload's mix changes for arrivals after it), or ``most`` steps."""
+    steps = planned.steps
+    decodes = planned.all_decodes(steps)
+    decoding = _per_step(decodes.step, steps)
+    admitted_at = np.asarray([step for step, _ in planned.admitted], dtype=np.int64)
+    chunks = np.asarray([e.chunk for _, e in planned.admitted], dtype=np.int64)
+    prompts = np.asarray([e.prompt for _, e in planned.admitted], dtype=np.int64)
+    prefill = _per_step(admitted_at, steps, chunks)
+    k = np.where(decoding > 0, planned.k, 0)
+    shapes = EngineSteps(
+        batch=decoding,
+        k=k,
+        context_tokens=_per_step(decodes.step, steps, decodes.context),
+        prefill_tokens=prefill,
+        prefill_context_tokens=prefill,
+        table=pricing.table,
+        speculative=pricing.speculative,
+        family=pricing.family,
+    )
+    seconds = pricing.truth.step_times(shapes) * pricing.slowdown
+    if pricing.noise.sigma > 0:
+        seconds = seconds * pricing.noise.peek(steps)
+    ends = np.cumsum(np.concatenate(([now], seconds)))[1:]
+    committed = min(
+        steps if most is None else most,
+        1 + int(np.searchsorted(ends[:-1], until, side="left")),
+        1 + int(np.searchsorted(ends, phase_end, side="left")),
+    )
+    decodes = decodes.before(committed)
+    last = decodes.step == committed - 1
+    held = int(limits.blocks(decodes.context[last]).sum())
+    kv_blocks = held + int(limits.blocks(chunks[admitted_at == committed - 1]).sum())
+    return Stretch(
+        plan=planned,
+        committed=committed,
+        ends=ends[:committed],
+        decoding=decoding[:committed],
+        k=k[:committed],
+        emitted=_per_step(decodes.step, committed, decodes.emitted),
+        first_tokens=_per_step(admitted_at, steps)[:committed],
+        prompt_tokens=_per_step(admitted_at, steps, prompts)[:committed],
+        prefill_tokens=prefill[:committed],
+        kv_blocks=kv_blocks,
+        decodes=decodes,
+    )

@@ -1,0 +1,1 @@
+"""Tests of the lab (``lab/specops_lab``)."""

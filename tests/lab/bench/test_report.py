@@ -1,0 +1,118 @@
+from specops_lab.bench import (
+    DecisionRecord,
+    LoadTrace,
+    RunResult,
+    Segment,
+    SegmentStats,
+    evaluate_targets,
+    oracle,
+)
+
+
+def _stats(name: str, tokens: int, slo_share: float = 1.0) -> SegmentStats:
+    return SegmentStats(
+        name=name,
+        start=0.0,
+        end=10.0,
+        tokens=tokens,
+        tpots=(0.01,),
+        finished_tokens=100,
+        slo_tokens=round(100 * slo_share),
+    )
+
+
+def _run(policy: str, tokens: tuple[int, int], restarts: int = 0) -> RunResult:
+    segments = tuple(_stats(f"s{i}", t) for i, t in enumerate(tokens))
+    return RunResult(policy, "t", segments, restarts, (), (), "llama3.1-8b-h100-eagle3")
+
+
+TRACE = LoadTrace(
+    name="t",
+    workload="sharegpt",
+    segments=(Segment(duration_s=10, concurrency=4), Segment(duration_s=10, concurrency=64)),
+)
+
+
+def test_oracle_takes_the_best_fixed_config_per_segment() -> None:
+    runs = {
+        "k1": _run("k1", (100, 300)),
+        "k3": _run("k3", (200, 100)),
+        "specops": _run("specops", (190, 280), 1),
+    }
+    results = oracle(TRACE, runs, ["k1", "k3"])
+    assert results.oracle_choices == ("k3", "k1")
+    assert results.summary("oracle").throughput == (200 + 300) / 20
+    assert results.summary("specops").restarts == 1
+
+
+def test_goodput_counts_only_tokens_within_the_target() -> None:
+    assert _stats("s", 1000, slo_share=0.25).goodput == 1000 / 10 * 0.25
+
+
+def test_mixed_targets_compare_with_oracle_static_and_regime_changes() -> None:
+    runs = {
+        "k1": _run("k1", (100, 300)),
+        "k3": _run("k3", (200, 100)),
+        "specops": _run("specops", (190, 280), 2),
+    }
+    targets = {t.target: t for t in evaluate_targets([oracle(TRACE, runs, ["k1", "k3"])])}
+    assert not targets["mixed: >= 0.95 of the oracle's goodput"].passed  # 470 / 500 = 0.94
+    assert targets["mixed: ahead of the best single static k"].passed  # 470 > 400
+    assert not targets["no flapping: <= 1 reconfiguration per load-regime change"].passed
+
+
+def test_speculation_must_go_off_and_back_on_within_three_windows() -> None:
+    trace = LoadTrace(
+        name="t",
+        workload="sharegpt",
+        segments=(
+            Segment(duration_s=600, concurrency=4),
+            Segment(duration_s=600, concurrency=200),
+            Segment(duration_s=600, concurrency=4),
+        ),
+    )
+
+    def run(
+        policy: str, tokens: tuple[int, int, int], timeline: tuple[tuple[float, int, int], ...] = ()
+    ) -> RunResult:
+        segments = tuple(_stats(f"s{i}", t) for i, t in enumerate(tokens))
+        return RunResult(policy, "t", segments, 0, timeline, (), "llama3.1-8b-h100-eagle3")
+
+    # off at 600 + 200 s (in time), back on only at 1200 + 400 s (late: 3 x 60 + 60 = 240 s)
+    timeline = ((100.0, 4, 3), (800.0, 200, 0), (1300.0, 4, 0), (1600.0, 4, 3))
+    runs = {
+        "off": run("off", (100, 300, 100)),
+        "k3": run("k3", (200, 100, 200)),
+        "specops": run("specops", (200, 290, 150), timeline),
+    }
+    targets = evaluate_targets([oracle(trace, runs, ["off", "k3"])], window_s=60, restart_s=60)
+    found = {t.trace: t for t in targets if t.target.startswith("crossover")}
+    assert found["t:1:c200"].passed and "after 200 s" in found["t:1:c200"].detail
+    assert not found["t:2:c4"].passed and "after 400 s" in found["t:2:c4"].detail
+
+
+def test_a_steady_run_may_move_once_from_day_zero_but_not_twice() -> None:
+    trace = TRACE.model_copy(update={"sweep": True})
+
+    def move(at: float) -> DecisionRecord:
+        return DecisionRecord(at, "Reconfigure", "off", "off", 0.1, "load is high")
+
+    def targets(*moves: float) -> bool:
+        runs = {
+            "k1": _run("k1", (100, 300)),
+            "specops": RunResult(
+                "specops",
+                "t",
+                _run("k1", (100, 300)).segments,
+                len(moves),
+                (),
+                tuple(move(at) for at in moves),
+                "llama3.1-8b-h100-eagle3",
+            ),
+        }
+        found = {t.target: t for t in evaluate_targets([oracle(trace, runs, ["k1"])])}
+        return found["no flapping: <= 1 reconfiguration per steady run (from day zero)"].passed
+
+    assert targets()
+    assert targets(3.0, 14.0)  # one in each of the two runs
+    assert not targets(3.0, 6.0)  # twice in the first

@@ -1,0 +1,59 @@
+from pathlib import Path
+
+import pytest
+from specops_lab.bench import BenchError, LoadTrace, Segment, load_suite
+
+REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def test_shipped_suites_load_and_the_short_one_inherits_the_service() -> None:
+    full, full_traces = load_suite(REPO_BENCH / "full.yaml")
+    short, short_traces = load_suite(REPO_BENCH / "short.yaml")
+    assert short.service == full.service
+    assert {t.name for t in full_traces} == {"steady", "ramp", "bursts", "shift", "day", "noisy"}
+    steady = next(t for t in short_traces if t.name == "steady")
+    assert [s.concurrency for s in steady.segments] == [1, 32, 256]
+    assert steady.segments[0].duration_s == pytest.approx(900)  # regimes the slow loop can act in
+    shift = next(t for t in short_traces if t.name == "shift")
+    assert shift.duration_s == pytest.approx(3600 * 0.5)
+    assert len(short.truth_axis) == 2 and set(short.truth_axis) < set(full.truth_axis)
+
+
+def test_ramp_segments_interpolate() -> None:
+    ramp = Segment(duration_s=100, concurrency=16, to=64)
+    assert ramp.at(0.0) == 16
+    assert ramp.at(0.5) == 40
+    assert Segment(duration_s=10, concurrency=8).at(0.7) == 8
+
+
+def test_scaling_shortens_every_duration() -> None:
+    trace = LoadTrace(
+        name="t",
+        workload="sharegpt",
+        warmup_s=20,
+        segments=(Segment(duration_s=100, concurrency=1), Segment(duration_s=50, concurrency=2)),
+    )
+    half = trace.scaled(0.5)
+    assert half.duration_s == 75
+    assert half.warmup_s == 10
+
+
+def test_levels_must_name_sweep_segments(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nworkload: sharegpt\nsweep: true\n"
+        "segments:\n  - {duration_s: 10, concurrency: 4}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\ntraces:\n  - {trace: t.yaml, levels: [8]}\n"
+    )
+    with pytest.raises(BenchError, match=r"levels \[8\]"):
+        load_suite(tmp_path / "suite.yaml")
+
+
+def test_invalid_trace_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text("name: t\nworkload: sharegpt\nsegments: []\n")
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\ntraces:\n  - {trace: t.yaml}\n"
+    )
+    with pytest.raises(BenchError, match="invalid trace"):
+        load_suite(tmp_path / "suite.yaml")
