@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError
 
-__all__ = ["FIELD_MANAGER", "Kube", "KubeApiError"]
+__all__ = ["CONFLICT", "FIELD_MANAGER", "Kube", "KubeApiError"]
 
 Obj = dict[str, Any]
 
@@ -32,6 +32,8 @@ _PLURALS = {
 }
 _MERGE_PATCH = "application/merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is valid YAML
+# The status of a write whose resourceVersion precondition no longer holds.
+CONFLICT = 409
 # The field manager that owns what the operator applies to its children.
 FIELD_MANAGER = "specops"
 # Seconds to connect and to read one answer: a hung connection fails the reconciliation (kopf
@@ -110,7 +112,9 @@ class Kube:
                 method, url, header_params=headers, body=payload, _request_timeout=REQUEST_TIMEOUT
             )
             data = response.read()  # type: ignore[no-untyped-call]
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        except ApiException as exc:
+            raise KubeApiError(f"{method} {path}: {exc}", exc.status) from exc
+        except urllib3.exceptions.HTTPError as exc:
             raise KubeApiError(f"{method} {path}: {exc}") from exc
         if not 200 <= response.status <= 299:
             raise KubeApiError(f"{method} {path}: {_refusal(data)}", response.status)
@@ -131,6 +135,8 @@ class Kube:
         The fields this manager owns become exactly those of ``obj``: a field it applied
         before and leaves out now is removed (unless another manager also owns it), and a
         field another manager changed is taken back (``force``). Fields only others own stay.
+        A ``metadata.resourceVersion`` in ``obj`` is a precondition: the API server refuses
+        the apply (409, :data:`CONFLICT`) when the object has changed since that version.
         """
         return self._call(
             "PATCH",

@@ -23,7 +23,7 @@ import kopf
 
 from specops.api import SpeculativeService, parse_service
 from specops.render import HASH_ANNOTATION, RenderOptions, plan
-from specops_operator._kube import Kube
+from specops_operator._kube import CONFLICT, Kube, KubeApiError
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._status import desired_status
 
@@ -39,6 +39,8 @@ Obj = dict[str, Any]
 PODMONITOR_GROUP = "monitoring.coreos.com"
 _TURNS: dict[tuple[str, str], threading.Lock] = {}
 _TURNS_GUARD = threading.Lock()
+# Applies refused because the child changed since it was read, before one goes ahead anyway.
+_PRECONDITION_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -113,16 +115,39 @@ def _apply(kube: Kube, desired: Obj, live: Obj | None) -> tuple[str | None, Obj]
     operator renders, which ``covers`` counts as a difference), the apply changes none of the
     rendered fields and nothing is reported; what others wrote meanwhile (the Deployment
     controller's revision annotation, status) is not compared. ``live`` is the object as read.
+
+    What the apply changed is known only against the version it changed, so an update names
+    the version read as its precondition: an edit landing between the read and the apply
+    makes the API server refuse it, and the object is read again. Without that, an edit the
+    apply took back would go unreported. After :data:`_PRECONDITION_TRIES` refusals (an object
+    rewritten faster than the round trip) the apply goes ahead against the last read.
     """
     if live is not None and _hash(live) == _hash(desired) and covers(desired, live):
         return None, live
-    applied = kube.apply(desired)
+    for _ in range(_PRECONDITION_TRIES):
+        try:
+            applied = kube.apply(_at_version(desired, live))
+            break
+        except KubeApiError as exc:
+            if exc.status != CONFLICT:
+                raise
+            live = kube.get(desired)
+    else:
+        applied = kube.apply(desired)
     if live is None:
         return "created", applied
     if _hash(live) != _hash(desired):
         return "updated", applied
     changed = _projection(desired, applied) != _projection(desired, live)
     return ("reverted" if changed else None), applied
+
+
+def _at_version(desired: Obj, live: Obj | None) -> Obj:
+    """``desired`` with the version read as the apply's precondition (none for a creation)."""
+    version = (live or {}).get("metadata", {}).get("resourceVersion")
+    if version is None:
+        return desired
+    return {**desired, "metadata": {**desired["metadata"], "resourceVersion": version}}
 
 
 def reconcile(

@@ -13,7 +13,8 @@ from typing import Any, cast
 import pytest
 import yaml
 from specops_lab.demo import engine_config
-from specops_operator import Kube
+from specops_operator import Kube, KubeApiError
+from specops_operator._kube import CONFLICT
 from specops_operator._reconcile import _apply, reconcile
 
 from specops.api import parse_service
@@ -36,8 +37,14 @@ class _Server:
         return copy.deepcopy(self.live)
 
     def apply(self, obj: Obj) -> Obj:
+        """Refuses an apply whose resourceVersion precondition is stale, as the API server does."""
         self.calls.append("apply")
-        self.live = self.answer(copy.deepcopy(obj), self.live)
+        wanted = obj["metadata"].get("resourceVersion")
+        if wanted is not None and wanted != (self.live or {})["metadata"]["resourceVersion"]:
+            raise KubeApiError("the object has been modified", CONFLICT)
+        body = copy.deepcopy(obj)
+        body["metadata"].pop("resourceVersion", None)
+        self.live = self.answer(body, self.live)
         return copy.deepcopy(self.live)
 
 
@@ -116,6 +123,47 @@ def test_an_edit_of_an_owned_field_is_reverted(desired: Obj, field: str) -> None
         2,
         _engine(desired)["env"],
     )
+
+
+def test_an_edit_between_the_read_and_the_apply_is_reported_reverted(desired: Obj) -> None:
+    """The apply names the version it read: an edit landing after the read makes the server
+    refuse it, and the apply against the object read again reports what it took back. (A
+    list entry of another manager makes every reconciliation apply, so this race is common.)"""
+    shared = _stored(desired, "7")
+    _engine(shared)["env"].append({"name": "PLATFORM_TRACE", "value": "1"})
+    server = _Server(shared, _applied)
+    kube = cast(Kube, server)
+    read = kube.get(desired)
+    assert server.live is not None
+    server.live["spec"]["replicas"] = 5
+    server.live["metadata"]["resourceVersion"] = "8"
+    action, live = _apply(kube, desired, read)
+    assert action == "reverted"
+    assert server.calls == ["get", "apply", "get", "apply"]
+    assert live["spec"]["replicas"] == 2
+
+
+def test_an_object_rewritten_faster_than_a_round_trip_is_applied_at_last(desired: Obj) -> None:
+    """Refused at every try, the apply goes ahead without a precondition in the end."""
+    shared = _stored(desired, "7")
+    shared["spec"]["replicas"] = 5
+    server = _Server(shared, _applied)
+    versions = iter(range(8, 100))
+
+    def moving(obj: Obj) -> Obj | None:
+        """The object as read, rewritten (by a controller's status write) right after."""
+        server.calls.append("get")
+        assert server.live is not None
+        read = copy.deepcopy(server.live)
+        server.live["metadata"]["resourceVersion"] = str(next(versions))
+        return read
+
+    server.get = moving  # type: ignore[method-assign]
+    kube = cast(Kube, server)
+    action, live = _apply(kube, desired, kube.get(desired))
+    assert action == "reverted"
+    assert server.calls == ["get", *["apply", "get"] * 3, "apply"]
+    assert live["spec"]["replicas"] == 2
 
 
 def test_an_entry_another_manager_added_is_no_change(desired: Obj) -> None:
