@@ -102,6 +102,22 @@ _MAX_STRETCH = 4096
 # A stretch the step rule cuts shorter than this (or half the batch) sends the next
 # twice as many steps alone.
 _RULE_STRETCH = 8
+# What a finished request is observed in, as _observe_finished orders its values.
+_FINISHED_HISTOGRAMS = (
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+    "vllm:request_inference_time_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+    "vllm:request_num_preemptions",
+    "vllm:request_prefill_kv_computed_tokens",
+    "vllm:request_params_max_tokens",
+    "vllm:request_params_n",
+    "vllm:request_max_num_generation_tokens",
+)
 
 
 def parse_speculative_config(text: str | None) -> SpeculativeConfig | None:
@@ -877,10 +893,11 @@ class SimulatedEngine:
                 self._first_token(slot, end)
                 slots[lane] = slot
                 names[lane] = request.request_id
-            done = self._finish([slots[lane] for lane in events.finished], end)
-            records.extend(done)
-            if step == stretch.committed - 1:
-                last = done
+            if events.finished:
+                done = self._finish([slots[lane] for lane in events.finished], end)
+                records.extend(done)
+                if step == stretch.committed - 1:
+                    last = done
             for _ in range(events.arrivals):
                 request = self._ahead_request(0, phase)
                 self._ahead.popleft()
@@ -1175,23 +1192,31 @@ class SimulatedEngine:
         success = metrics.labelled["vllm:request_success"]
         for record in records:
             success[record.finish_reason] += 1
+        # One row per record, one column per histogram of _FINISHED_HISTOGRAMS.
+        rows = np.array(
+            [
+                (
+                    r.e2e_latency,
+                    r.queue_time,
+                    r.prefill_time,
+                    r.decode_time,
+                    r.prefill_time + r.decode_time,
+                    r.tpot,
+                    r.prompt_tokens,
+                    r.output_tokens,
+                    r.num_preemptions,
+                    r.prompt_tokens,  # no prefix cache hits
+                    r.max_tokens,
+                    1,
+                    r.output_tokens,
+                )
+                for r in records
+            ],
+            dtype=np.float64,
+        )
         histograms = metrics.histograms
-        for name, value in (
-            ("vllm:e2e_request_latency_seconds", lambda r: r.e2e_latency),
-            ("vllm:request_queue_time_seconds", lambda r: r.queue_time),
-            ("vllm:request_prefill_time_seconds", lambda r: r.prefill_time),
-            ("vllm:request_decode_time_seconds", lambda r: r.decode_time),
-            ("vllm:request_inference_time_seconds", lambda r: r.prefill_time + r.decode_time),
-            ("vllm:request_time_per_output_token_seconds", lambda r: r.tpot),
-            ("vllm:request_prompt_tokens", lambda r: r.prompt_tokens),
-            ("vllm:request_generation_tokens", lambda r: r.output_tokens),
-            ("vllm:request_num_preemptions", lambda r: r.num_preemptions),
-            ("vllm:request_prefill_kv_computed_tokens", lambda r: r.prompt_tokens),  # no hits
-            ("vllm:request_params_max_tokens", lambda r: r.max_tokens),
-            ("vllm:request_params_n", lambda r: 1),
-            ("vllm:request_max_num_generation_tokens", lambda r: r.output_tokens),
-        ):
-            histograms[name].observe_each(np.fromiter(map(value, records), np.float64))
+        for name, column in zip(_FINISHED_HISTOGRAMS, rows.T, strict=True):
+            histograms[name].observe_each(column)
 
     def _release(self, slot: int) -> None:
         self._slot_request[slot] = None

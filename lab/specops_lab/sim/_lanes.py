@@ -92,7 +92,7 @@ class Lane:
 
     def _settle(self) -> None:
         if self.cum[-1] >= self.remaining:
-            self.steps = int(np.searchsorted(self.cum, self.remaining))
+            self.steps = int(self.cum.searchsorted(self.remaining))
             self.trace = None
         else:
             self.steps = len(self.cum)

@@ -80,12 +80,13 @@ class Limits:
     kv_blocks: int
 
     @overload
-    def blocks(self, tokens: int) -> int: ...
+    def blocks(self, tokens: int, base: int = 0) -> int: ...
     @overload
-    def blocks(self, tokens: Counts) -> Counts: ...
-    def blocks(self, tokens: int | Counts) -> int | Counts:
-        """KV blocks a request with ``tokens`` of context holds, its lookahead included."""
-        return (tokens + self.lookahead + self.block - 1) // self.block
+    def blocks(self, tokens: Counts, base: int = 0) -> Counts: ...
+    def blocks(self, tokens: int | Counts, base: int = 0) -> int | Counts:
+        """KV blocks a request with ``base + tokens`` of context holds, its lookahead
+        included (the scalars summed first, so an array is added to once)."""
+        return (tokens + (base + self.lookahead + self.block - 1)) // self.block
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,13 @@ class LaneSteps:
         return self.where(self.step < steps)
 
     def where(self, keep: npt.NDArray[np.bool_]) -> LaneSteps:
+        if keep.all():  # often so, and far cheaper than copying every column
+            return self
         return LaneSteps(*(column[keep] for column in self.columns()))
 
     def join(self, other: LaneSteps) -> LaneSteps:
+        if not other.lane.size:
+            return self
         pairs = zip(self.columns(), other.columns(), strict=True)
         return LaneSteps(*(np.concatenate(pair) for pair in pairs))
 
@@ -187,12 +192,14 @@ class Plan:
     def all_decodes(self, steps: int) -> LaneSteps:
         """Every decode before ``steps``: the running lanes' (but for preempted steps), then
         the admitted lanes'."""
-        running = self.running.before(steps)
+        running = self.running
         if self.preempted:
             stop = np.full(len(self.lanes), steps, dtype=np.int64)
             for lane, step in self.preempted.items():
-                stop[lane] = step
+                stop[lane] = min(step, steps)
             running = running.where(running.step < stop[running.lane])
+        else:
+            running = running.before(steps)
         first = len(self.lanes) - len(self.admitted)
         return running.join(LaneSteps.of(self.spans(steps, first)))
 
@@ -240,20 +247,23 @@ class _Blocks:
         if self.held is None or count <= 0:
             return
         held = self.held[start : start + count]
-        blocks = self._limits.blocks(lane.context + lane.cum[done : done + count])
-        held += sign * blocks
+        blocks = self._limits.blocks(lane.cum[done : done + count], lane.context)
         if sign > 0:
+            held += blocks
             self._outgrown(start, count)
         else:
+            held -= blocks
             self.outgrown = self._horizon
             self._outgrown(start)
 
     def _outgrown(self, start: int, count: int | None = None) -> None:
         assert self.held is not None
         held = self.held[start : None if count is None else start + count]
-        over = np.flatnonzero(held > self._limits.kv_blocks)
-        if over.size:
-            self.outgrown = min(self.outgrown, start + int(over[0]))
+        if held.size:
+            over = held > self._limits.kv_blocks
+            first = int(over.argmax())
+            if over[first]:
+                self.outgrown = min(self.outgrown, start + first)
 
 
 class _Planner:
@@ -286,30 +296,47 @@ class _Planner:
         self.pending: deque[int] = deque(range(waiting))
         self.next_index = waiting
         self.resumed: list[Entrant] = []
+        self.entrants: dict[int, Entrant] = {}
         self.blocked = False
         self.k = k
-        lanes = requests.running_lanes(k + 1)
-        spans = [(i, lane, 0, min(lane.steps - lane.done, horizon)) for i, lane in enumerate(lanes)]
-        self.planned = Plan(k, horizon, [], [], [], {}, [], [], LaneSteps.of(spans))
+        running_lanes = requests.running_lanes(k + 1)
+        lanes: list[Lane | None] = list(running_lanes)
+        finishes = [lane.steps - lane.done - 1 for lane in running_lanes]
+        spans = [
+            (i, lane, 0, min(finish + 1, horizon))
+            for i, (lane, finish) in enumerate(zip(running_lanes, finishes, strict=True))
+        ]
+        self.planned = Plan(
+            k, horizon, lanes, [0] * len(lanes), finishes, {}, [], [], LaneSteps.of(spans)
+        )
         self.blocks = _Blocks(limits, horizon)
-        self.peaks: list[int] = []
-        self.heap: list[tuple[int, int]] = []
-        self.alive: set[int] = set()
-        for lane in lanes:
-            self._add(lane, 0, lane.steps - lane.done - 1, self.blocks.peak(lane, 0))
+        # The running lanes as _add adds them, all at once (lane ids break ties in the heap).
+        context = [lane.context + lane.remaining for lane in running_lanes]
+        self.peaks: list[int] = limits.blocks(np.asarray(context, dtype=np.int64)).tolist()
+        self.heap = [(finish, i) for i, finish in enumerate(finishes)]
+        heapq.heapify(self.heap)
+        self.alive = set(range(len(lanes)))
+        # Lane ids in admission order (they rise); ids at its tail may have left ``alive``.
+        self.admitted_order = list(range(len(lanes)))
         self.blocks.expect(sum(self.peaks), self.planned)
 
     def _chunk(self, item: int) -> int:
-        return self.requests.chunk(item) if item >= 0 else self.resumed[-1 - item].chunk
+        known = self.entrants.get(item) if item >= 0 else self.resumed[-1 - item]
+        return self.requests.chunk(item) if known is None else known.chunk
 
     def _entrant(self, item: int) -> Entrant:
-        if item >= 0:
-            return self.requests.entrant(item, self.k + 1)
-        return self.resumed[-1 - item]
+        """The entrant for a queue item, kept while the KV cache keeps it waiting."""
+        if item < 0:
+            return self.resumed[-1 - item]
+        entrant = self.entrants.get(item)
+        if entrant is None:
+            entrant = self.entrants[item] = self.requests.entrant(item, self.k + 1)
+        return entrant
 
     def _add(self, lane: Lane | None, start: int, finish: int, peak: int) -> None:
         planned = self.planned
         self.alive.add(len(planned.lanes))
+        self.admitted_order.append(len(planned.lanes))
         heapq.heappush(self.heap, (finish, len(planned.lanes)))
         planned.lanes.append(lane)
         planned.starts.append(start)
@@ -321,7 +348,9 @@ class _Planner:
         admitted loses its blocks and goes back to the front of the queue."""
         planned = self.planned
         while self.alive and self.blocks.over(step):
-            victim = max(self.alive)
+            while self.admitted_order[-1] not in self.alive:
+                self.admitted_order.pop()
+            victim = self.admitted_order[-1]  # the latest admitted still running
             lane = planned.lanes[victim]
             assert lane is not None
             done = step - planned.starts[victim]
@@ -531,8 +560,8 @@ class Stretch:
         first = len(planned.lanes) - len(planned.admitted)
         by_step: dict[int, StepEvents] = {}
 
-        def at(step: int) -> StepEvents:
-            return by_step.setdefault(step, StepEvents(step, [], [], [], 0))
+        def at(step: int) -> StepEvents:  # a step's events, made only when it has none yet
+            return by_step.get(step) or by_step.setdefault(step, StepEvents(step, [], [], [], 0))
 
         for lane, step in planned.preempted.items():
             if step < steps:
@@ -543,8 +572,9 @@ class Stretch:
         for lane, step in enumerate(planned.finishes):
             if step < steps and planned.preempted.get(lane, steps) > step:
                 at(step).finished.append(lane)
+        before = int(self.ends.searchsorted(arrivals_until))  # the ends rise
         for step in planned.arrivals:
-            if step < steps and self.ends[step] < arrivals_until:
+            if step < before:
                 at(step).arrivals += 1
         return [by_step[step] for step in sorted(by_step)]
 
