@@ -1,6 +1,14 @@
 """Facts about the pinned vLLM release that specops must match exactly."""
 
-from specops.vllm._args import flag_key, flag_pattern, flag_value, sets_flag
+from specops.vllm._args import (
+    config_file_args,
+    flag_key,
+    flag_pattern,
+    flag_value,
+    full_flag,
+    sets_flag,
+    vllm_argv,
+)
 from specops.vllm._metrics import (
     ENGINE_LABELS,
     ENGINE_METRICS,
@@ -60,10 +68,12 @@ __all__ = [
     "SpeculativeConfig",
     "VllmMethod",
     "bucket_bounds",
+    "config_file_args",
     "ensure_wheel",
     "flag_key",
     "flag_pattern",
     "flag_value",
+    "full_flag",
     "release_bucket_families",
     "release_finish_reasons",
     "release_label_values",
@@ -72,5 +82,6 @@ __all__ = [
     "release_speculative_methods",
     "sets_flag",
     "table_applies",
+    "vllm_argv",
     "wheel_source",
 ]

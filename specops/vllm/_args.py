@@ -6,15 +6,33 @@ dashes in a flag's name up to its first dot, folds dotted keys
 ``--config FILE`` as more flags, and leaves argparse's prefix matching on, so ``--por=9000``
 is ``--port``. :func:`flag_key` reads a flag's name that way, and :func:`sets_flag` and
 :func:`flag_pattern` (the same test as an RE2 expression, for CEL) say whether an argument
-would set one of a set of flags.
+would set one of a set of flags. :func:`vllm_argv` and :func:`full_flag` rewrite a command
+line into the plain one argparse ends up reading, so the simulated engine sets a flag exactly
+when vLLM would (a conformance test runs vLLM's parser from the wheel beside them).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["flag_key", "flag_pattern", "flag_value", "sets_flag"]
+__all__ = [
+    "config_file_args",
+    "flag_key",
+    "flag_pattern",
+    "flag_value",
+    "full_flag",
+    "sets_flag",
+    "vllm_argv",
+]
+
+# A config file's mapping, read from the path ``--config`` names.
+ReadConfig = Callable[[str], Mapping[str, object]]
+# A long flag's name: what follows ``--`` up to the first dot.
+_NAME = re.compile(r"(?<=--)[^.]*")
+_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIXES = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def flag_key(token: str) -> str | None:
@@ -84,3 +102,135 @@ def flag_value(tokens: Sequence[str], *flags: str) -> str | None:
         if name in flags:
             value = given if equals else (tokens[i + 1] if i + 1 < len(tokens) else "")
     return value
+
+
+def config_file_args(config: Mapping[str, object]) -> list[str]:
+    """The flags a ``--config`` YAML mapping stands for, as vLLM's ``load_config_file`` makes
+    them: ``key: value`` is ``--key value``, ``true`` the bare flag, a list the flag and each
+    item, a mapping the flag and its JSON; ``false`` sets nothing (no flag we read has a
+    ``--no-`` form)."""
+    args: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            args += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            args += [f"--{key}", *(str(item) for item in value)] if value else []
+        elif isinstance(value, dict):
+            args += [f"--{key}", json.dumps(value)]
+        else:
+            args += [f"--{key}", str(value)]
+    return args
+
+
+def vllm_argv(args: Sequence[str], read_config: ReadConfig) -> list[str]:
+    """The arguments after ``vllm serve`` as ``FlexibleArgumentParser`` hands them to argparse.
+
+    A ``--model M`` becomes the positional model (vLLM's deprecated spelling of it); a
+    ``--config FILE`` is replaced by the file's flags, placed after the positional model
+    and before the other flags, so that the command line wins; each long flag's name has its
+    underscores turned into dashes up to the first dot; and dotted keys
+    (``--speculative-config.num_speculative_tokens 8``, ``key+`` for a list) are folded into
+    one JSON value per flag, appended last, so it replaces any JSON given for that flag.
+    Raises ValueError for a ``--config`` without a file or a second one.
+    """
+    argv = _model_first(list(args))
+    if "--config" in argv:
+        argv = _pull_config(argv, read_config)
+    return _fold_dotted([_dashed(arg) for arg in argv])
+
+
+def full_flag(token: str, flags: Sequence[str]) -> str:
+    """``token`` with an abbreviated long flag written out in full, as argparse resolves one
+    among ``flags``; a token that abbreviates none is returned as it is.
+
+    Raises ValueError, in argparse's words, when it abbreviates more than one.
+    """
+    if not token.startswith("--") or token == "--":
+        return token
+    name, equals, value = token.partition("=")
+    if name in flags:
+        return token
+    matches = [flag for flag in flags if flag.startswith(name)]
+    if len(matches) > 1:
+        raise ValueError(f"ambiguous option: {name} could match {', '.join(matches)}")
+    return matches[0] + equals + value if matches else token
+
+
+def _model_first(args: list[str]) -> list[str]:
+    """The first ``--model M`` (or ``--model=M``) moved to the front as the positional model."""
+    for i, arg in enumerate(args):
+        if arg == "--model" and i + 1 < len(args):
+            return [args[i + 1], *args[:i], *args[i + 2 :]]
+        if arg.startswith("--model="):
+            return [arg.removeprefix("--model="), *args[:i], *args[i + 1 :]]
+    return args
+
+
+def _pull_config(args: list[str], read_config: ReadConfig) -> list[str]:
+    if args.count("--config") > 1:
+        raise ValueError("--config is given more than once; vLLM reads one config file")
+    index = args.index("--config")
+    if index == len(args) - 1:
+        raise ValueError("--config needs a file: --config FILE.yaml")
+    config = config_file_args(read_config(args[index + 1]))
+    rest = args[:index] + args[index + 2 :]
+    if rest and not rest[0].startswith("-"):  # the positional model stays first
+        return [rest[0], *config, *rest[1:]]
+    return [*config, *rest]
+
+
+def _dashed(arg: str) -> str:
+    if not arg.startswith("--"):
+        return arg
+    key, equals, value = arg.partition("=")
+    return _NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + equals + value
+
+
+def _fold_dotted(args: list[str]) -> list[str]:
+    kept: list[str] = []
+    folded: dict[str, dict[str, object]] = {}
+    tokens = iter(args)
+    for arg in tokens:
+        key, equals, given = arg.partition("=")
+        if not (arg.startswith("-") and "." in key):
+            kept.append(arg)
+            continue
+        text = given if equals else next(tokens, "")
+        if key.endswith("+"):
+            key, text = key[:-1], json.dumps(text.split(","))
+        flag, *path = key.split(".")
+        nested: object = _dotted_value(text)
+        for part in reversed(path):
+            nested = {part: nested}
+        assert isinstance(nested, dict)
+        _merge(folded.setdefault(flag, {}), nested)
+    for flag, value in folded.items():
+        kept += [flag, json.dumps(value)]
+    return kept
+
+
+def _dotted_value(text: str) -> object:
+    """A dotted key's value: JSON, else a human-readable integer (``80g``, ``1K``), else text."""
+    try:
+        value: object = json.loads(text)
+    except ValueError:
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
+        if match is None:
+            return text
+        number, suffix = match.groups()
+        if suffix in _SUFFIXES:
+            return int(float(number) * _SUFFIXES[suffix])
+        return int(number) * _BINARY_SUFFIXES[suffix] if number.isdigit() else text
+    return value
+
+
+def _merge(into: dict[str, object], update: Mapping[str, object]) -> None:
+    """vLLM's recursive update: mappings merge, lists extend, anything else replaces."""
+    for key, value in update.items():
+        below = into.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            _merge(below, value)
+        elif isinstance(value, list) and isinstance(below, list):
+            below += value
+        else:
+            into[key] = value

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
+import yaml
 
 from specops.errors import EngineConfigError
+from specops.vllm import full_flag, vllm_argv
 from specops_lab.sim._truth import DEFAULT_TRUTH
 
 __all__ = ["sim"]
@@ -28,7 +31,40 @@ def _split_vllm_args(extra: tuple[str, ...]) -> tuple[str | None, list[str]]:
     return None, list(extra)
 
 
-@sim.command(context_settings={"ignore_unknown_options": True})
+def _read_config(path: str) -> Mapping[str, object]:
+    """A ``--config`` file, as vLLM reads one: YAML (.yaml or .yml) holding a mapping."""
+    if not path.endswith((".yaml", ".yml")):
+        raise ValueError(f"--config {path}: the config file must be YAML (.yaml or .yml)")
+    try:
+        config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ValueError(f"--config {path} must hold a mapping of flags to values")
+    return config
+
+
+class _VllmCommand(click.Command):
+    """A command that reads its arguments as ``vllm serve`` does: a ``--config`` file,
+    underscores for dashes, dotted JSON keys and abbreviated flags (``--por=9000``), so a
+    spelling that would set a flag in vLLM sets it here too."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        flags = [
+            name
+            for param in self.params
+            if isinstance(param, click.Option)
+            for name in param.opts
+            if name.startswith("--")
+        ]
+        try:
+            read = [full_flag(arg, flags) for arg in vllm_argv(args, _read_config)]
+        except ValueError as exc:
+            raise click.UsageError(str(exc), ctx) from exc
+        return super().parse_args(ctx, read)
+
+
+@sim.command(cls=_VllmCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @click.option("--model", "model_option", help="Model name (as vllm serve's positional MODEL).")
 @click.option("--served-model-name", help="Name clients use (default: the model).")
