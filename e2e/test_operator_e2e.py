@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -302,6 +303,33 @@ def test_operator_runs_as_the_charts_service_account_with_least_privilege(
         for resource in ("deployments.apps", "services", "poddisruptionbudgets.policy"):
             assert not can(verb, resource, "-A"), (verb, resource)
     assert not can("watch", "pods", "-A") and can("list", "pods", "-A")
+
+
+def test_a_cluster_wide_operator_may_not_write_in_system_namespaces(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path, wait: Wait
+) -> None:
+    """RBAC lets a cluster-wide operator patch Deployments anywhere; the chart's admission
+    policy refuses its writes in kube-system, and only its own."""
+    service = parse_service(example(namespace))
+    deployment = copy.deepcopy(plan(service, RenderOptions()).objects[0])
+    as_operator = ("--kubeconfig", str(operator.kubeconfig))
+
+    def dry_run(target: str, *identity: str) -> subprocess.CompletedProcess[str]:
+        child = copy.deepcopy(deployment)
+        child["metadata"]["namespace"] = target
+        path = tmp_path / f"{target}.yaml"
+        path.write_text(yaml.safe_dump(child))
+        apply_ = ("apply", "--server-side", "--dry-run=server", f"--field-manager={FIELD_MANAGER}")
+        return kubectl(*identity, *apply_, "-f", str(path), check=False)
+
+    def refused_in_kube_system() -> bool:
+        return dry_run("kube-system", *as_operator).returncode != 0
+
+    wait(refused_in_kube_system, "the admission policy to refuse the operator in kube-system")
+    refusal = dry_run("kube-system", *as_operator).stderr
+    assert "the specops operator may not write deployments in namespace kube-system" in refusal
+    assert dry_run(namespace, *as_operator).returncode == 0, "its own namespaces stay open"
+    assert dry_run("kube-system").returncode == 0, "the admin is not confined"
 
 
 # -- 3: the example, end to end ---------------------------------------------------------

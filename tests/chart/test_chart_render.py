@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import celpy
 import helm_python as helm
 import pytest
 
@@ -70,7 +71,13 @@ def test_defaults_render_a_namespaced_operator_without_monitoring_objects(render
 
 
 def test_every_namespaced_object_names_its_namespace(render: Render) -> None:
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterKopfPeering",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for values in ({}, NON_DEFAULT, {"operator": {"clusterWide": True}}):
         for obj in render(values, api_versions=MONITORING_API):
             if obj["kind"] not in cluster_scoped:
@@ -278,3 +285,57 @@ def test_an_operator_of_several_replicas_keeps_one_through_a_drain(render: Rende
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def _admits(policy: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+    """The policy's validation, evaluated (celpy) for a write into ``namespace``."""
+    (validation,) = policy["spec"]["validations"]
+    env = celpy.Environment()
+    program = env.program(env.compile(validation["expression"]))
+    metadata: dict[str, Any] = {"name": namespace}
+    if labels:
+        metadata["labels"] = labels
+    return bool(
+        program.evaluate({"namespaceObject": celpy.adapter.json_to_cel({"metadata": metadata})})
+    )
+
+
+def test_a_cluster_wide_operator_may_not_write_in_system_namespaces(render: Render) -> None:
+    objects = render({"operator": {"clusterWide": True}})
+    (policy,) = by_kind(objects, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    (who,) = policy["spec"]["matchConditions"]
+    assert (
+        who["expression"]
+        == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:specops"'
+    )
+    resources = {r["resources"][0] for r in policy["spec"]["matchConstraints"]["resourceRules"]}
+    assert resources == {"deployments", "services", "poddisruptionbudgets", "podmonitors"}
+    for system in ("kube-system", "kube-public", "kube-node-lease"):
+        assert not _admits(policy, system, {})
+    assert _admits(policy, "llm", {})
+    assert (
+        "operator.confinement.deniedNamespaces"
+        in policy["spec"]["validations"][0]["messageExpression"]
+    )
+
+
+def test_confinement_to_labelled_namespaces(render: Render) -> None:
+    confinement = {"deniedNamespaces": ["ops"], "namespaceLabels": {"specops.io/serve": "true"}}
+    objects = render({"operator": {"clusterWide": True, "confinement": confinement}})
+    (policy,) = by_kind(objects, "ValidatingAdmissionPolicy")
+    assert _admits(policy, "llm", {"specops.io/serve": "true", "team": "a"})
+    assert not _admits(policy, "llm", {"specops.io/serve": "false"})
+    assert not _admits(policy, "llm", {})
+    assert not _admits(policy, "ops", {"specops.io/serve": "true"})
+    assert _admits(policy, "kube-system", {"specops.io/serve": "true"})  # only "ops" is denied
+
+
+def test_no_policy_where_roles_confine_or_it_is_off(render: Render) -> None:
+    assert not by_kind(render({}), "ValidatingAdmissionPolicy")
+    off = {"clusterWide": True, "confinement": {"enabled": False}}
+    assert not by_kind(render({"operator": off}), "ValidatingAdmissionPolicy")

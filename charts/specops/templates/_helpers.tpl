@@ -72,3 +72,12 @@ app.kubernetes.io/part-of: specops
 {{- fail "serviceAccount.create is false, so serviceAccount.name must name an existing ServiceAccount for the operator." }}
 {{- end }}
 {{- end }}
+
+{{/* A label map as `k=v, k=v` (sorted), "none" when empty. */}}
+{{- define "specops.labelList" -}}
+{{- $pairs := list }}
+{{- range $key, $value := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- empty $pairs | ternary "none" (join ", " $pairs) }}
+{{- end }}
