@@ -27,7 +27,7 @@ from specops_operator import FIELD_MANAGER, Kube
 
 from e2e.harness import EXAMPLE, Kubectl, Phases, Wait, apply, example, filled, plain
 from specops.api import GROUP, PLURAL, VERSION, crd, parse_service
-from specops.render import HASH_ANNOTATION, RenderOptions, child_labels, plan
+from specops.render import HASH_ANNOTATION, OWNER_UID_LABEL, RenderOptions, child_labels, plan
 
 pytestmark = pytest.mark.e2e
 
@@ -383,6 +383,15 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
                 "SpeculativeService",
                 service["metadata"]["uid"],
             )
+        # Every child selects the pods by the owner's uid, which only the operator sets.
+        uid = {OWNER_UID_LABEL: service["metadata"]["uid"]}
+        deployment_spec, service_spec, pdb_spec = (child["spec"] for child in owned)
+        for selector in (
+            deployment_spec["selector"]["matchLabels"],
+            service_spec["selector"],
+            pdb_spec["selector"]["matchLabels"],
+        ):
+            assert uid.items() <= selector.items(), selector
             assert owner["controller"] is True
 
         # Pods went through the real scheduler onto the GPU nodes.

@@ -51,8 +51,6 @@ from specops.render import (
     config_allowed,
     data_parallel_size,
     performance_profile,
-    plan,
-    selector_labels,
     speculation_in_force,
     speculative_config_status,
 )
@@ -70,7 +68,7 @@ from specops_operator._metrics import (
     SPECULATIVE_TOKENS,
     STEP_TIME_INTERVALS,
 )
-from specops_operator._reconcile import reconcile
+from specops_operator._reconcile import planned, reconcile
 from specops_operator._state import restore_state, save_state, timestamp, unix_time
 from specops_operator._status import rollout_complete
 
@@ -395,9 +393,9 @@ async def _measure(
 ) -> tuple[Fetched, bool]:
     """The pods' observations, and whether the Deployment's rollout of the rendered
     template is complete."""
-    desired = next(o for o in plan(service, render).objects if o["kind"] == "Deployment")
-    live = await asyncio.to_thread(kube.get, desired)
-    pods = await asyncio.to_thread(kube.list_pods, namespace, selector_labels(name))
+    wanted, live = await asyncio.to_thread(planned, kube, service, render)
+    desired = next(o for o in wanted.objects if o["kind"] == "Deployment")
+    pods = await asyncio.to_thread(kube.list_pods, namespace, wanted.selector)
     fetched = await options.source.fetch(namespace, name, spec, ready_pods(pods))
     return fetched, deployment_ready(live, desired)
 

@@ -22,7 +22,7 @@ from typing import Any, cast
 import kopf
 
 from specops.api import SpeculativeService, parse_service
-from specops.render import HASH_ANNOTATION, RenderOptions, plan
+from specops.render import HASH_ANNOTATION, Plan, RenderOptions, plan
 from specops_operator._kube import CONFLICT, Kube, KubeApiError
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._status import desired_status
@@ -32,6 +32,7 @@ __all__ = [
     "Outcome",
     "covers",
     "forget_turn",
+    "planned",
     "reconcile",
 ]
 
@@ -172,6 +173,23 @@ def reconcile(
         return _reconcile(kube, parse_service(fresh), fresh, options, post_event, now)
 
 
+def planned(
+    kube: Kube, service: SpeculativeService, options: RenderOptions
+) -> tuple[Plan, Obj | None]:
+    """The service's plan against the selector of its live Deployment, and that Deployment
+    as read (None when there is none).
+
+    A Deployment's selector cannot change, so one this service owns keeps selecting as it
+    was made; a new one (or a name taken by a foreign object, which is never written)
+    selects by the owner's uid too."""
+    name, namespace = service.metadata.name, service.metadata.namespace
+    ref = {"apiVersion": "apps/v1", "kind": "Deployment"}
+    live = kube.get({**ref, "metadata": {"namespace": namespace, "name": name}})
+    owned = live if live is not None and _owned_by(live, service.metadata.uid) else {}
+    selector = (owned.get("spec", {}).get("selector") or {}).get("matchLabels")
+    return plan(service, options, selector), live
+
+
 def _turn(namespace: str, name: str) -> threading.Lock:
     """The lock that one service's reconciliations take in turn (threads of kopf's executor)."""
     with _TURNS_GUARD:
@@ -193,7 +211,8 @@ def _reconcile(
     now: datetime | None,
 ) -> Outcome:
     """One reconciliation, run while holding the service's turn."""
-    wanted = plan(service, replace(options, pod_monitor=kube.has_api_group(PODMONITOR_GROUP)))
+    pod_monitor = kube.has_api_group(PODMONITOR_GROUP)
+    wanted, live_deployment = planned(kube, service, replace(options, pod_monitor=pod_monitor))
     if wanted.refused is not None:
         post_event("Warning", "StatusRefused", wanted.refused)
     children = copy.deepcopy(list(wanted.objects))
@@ -202,7 +221,7 @@ def _reconcile(
     foreign: list[str] = []
     deployment: Obj | None = None
     for child in children:
-        found = kube.get(child)
+        found = live_deployment if child["kind"] == "Deployment" else kube.get(child)
         if found is not None and not _owned_by(found, service.metadata.uid):
             foreign.append(_foreign_child(found))  # never adopt or overwrite it
             continue

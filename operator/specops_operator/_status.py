@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from specops.api import SpeculativeConfigStatus, SpeculativeService
-from specops.render import Plan, selector_labels, speculative_config_status
+from specops.render import Plan, speculative_config_status
 
 __all__ = ["degraded_conditions", "desired_status", "rollout_complete"]
 
@@ -120,7 +120,7 @@ def desired_status(
     )
     generation = service.metadata.generation
     live = (deployment or {}).get("status", {})
-    selector = ",".join(f"{k}={v}" for k, v in selector_labels(service.metadata.name).items())
+    selector = ",".join(f"{k}={v}" for k, v in plan.selector.items())
     status = {
         "observedGeneration": generation,
         "replicas": live.get("replicas", 0),

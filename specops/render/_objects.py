@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,11 @@ from specops.render._speculation import vllm_speculative_config
 __all__ = [
     "ENGINE_PORT",
     "HASH_ANNOTATION",
+    "OWNER_UID_LABEL",
     "PRE_STOP_SLEEP_SECONDS",
     "SIDECAR_PORT",
     "RenderOptions",
+    "Selector",
     "child_labels",
     "engine_shutdown_timeout",
     "render_deployment",
@@ -56,6 +59,12 @@ PRE_STOP_SLEEP_SECONDS = 5
 _TEARDOWN_SECONDS = 5
 
 
+# The label only the operator sets: the uid of the SpeculativeService that owns the pods.
+OWNER_UID_LABEL = "specops.io/owner-uid"
+# Labels that select one service's pods: a Deployment's matchLabels.
+Selector = Mapping[str, str]
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     """Operator-level settings that are not part of any one SpeculativeService."""
@@ -64,9 +73,15 @@ class RenderOptions:
     pod_monitor: bool = False
 
 
-def selector_labels(name: str) -> dict[str, str]:
-    """Labels that select the pods of one SpeculativeService (immutable in a Deployment)."""
-    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+def selector_labels(name: str, uid: str | None = None) -> dict[str, str]:
+    """Labels that select the pods of one SpeculativeService (immutable in a Deployment).
+
+    The owner's uid is among them: another pod carrying the ``app.kubernetes.io`` labels
+    (anyone may set those) joins neither the Service's endpoints, nor the PDB, nor what the
+    controller measures. Without a uid (``specops render`` of a manifest) it is left out.
+    """
+    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    return {**labels, OWNER_UID_LABEL: uid} if uid else labels
 
 
 def child_labels(name: str) -> dict[str, str]:
@@ -285,6 +300,7 @@ def render_deployment(
     spec: SpeculativeServiceSpec,
     speculation: SpecConfig,
     options: RenderOptions,
+    selector: Selector,
 ) -> Obj:
     """The vLLM Deployment: engine plus sidecar; a spec change rolls with no capacity lost,
     and an old pod finishes its running requests before it goes (preStop pause, then
@@ -317,14 +333,14 @@ def render_deployment(
             "metadata": _metadata(name, namespace, name),
             "spec": {
                 "replicas": spec.replicas,
-                "selector": {"matchLabels": selector_labels(name)},
+                "selector": {"matchLabels": dict(selector)},
                 "strategy": {
                     "type": "RollingUpdate",
                     "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
                 },
                 "template": {
                     "metadata": {
-                        "labels": child_labels(name),
+                        "labels": {**child_labels(name), **selector},
                         "annotations": {SPECULATIVE_CONFIG_ANNOTATION: speculative_config or "off"},
                     },
                     "spec": pod_spec,
@@ -334,7 +350,7 @@ def render_deployment(
     )
 
 
-def render_service(name: str, namespace: str) -> Obj:
+def render_service(name: str, namespace: str, selector: Selector) -> Obj:
     """ClusterIP Service: the OpenAI API on 8000 and the sidecar's metrics on 9090."""
     return _with_hash(
         {
@@ -343,7 +359,7 @@ def render_service(name: str, namespace: str) -> Obj:
             "metadata": _metadata(name, namespace, name),
             "spec": {
                 "type": "ClusterIP",
-                "selector": selector_labels(name),
+                "selector": dict(selector),
                 "ports": [
                     {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"},
                     {
@@ -358,19 +374,21 @@ def render_service(name: str, namespace: str) -> Obj:
     )
 
 
-def render_pdb(name: str, namespace: str) -> Obj:
+def render_pdb(name: str, namespace: str, selector: Selector) -> Obj:
     """At most one pod voluntarily evicted at a time (each holds GPUs and a loaded model)."""
     return _with_hash(
         {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": _metadata(f"{name}-pdb", namespace, name),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(name)}},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(selector)}},
         }
     )
 
 
-def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) -> Obj:
+def render_pod_monitor(
+    name: str, namespace: str, spec: SpeculativeServiceSpec, selector: Selector
+) -> Obj:
     """PodMonitor scraping vLLM's and the sidecar's /metrics (Prometheus Operator).
 
     Every series must carry ``namespace``, ``pod`` and ``service`` (the SpeculativeService):
@@ -391,7 +409,7 @@ def render_pod_monitor(name: str, namespace: str, spec: SpeculativeServiceSpec) 
             "kind": "PodMonitor",
             "metadata": _metadata(name, namespace, name),
             "spec": {
-                "selector": {"matchLabels": selector_labels(name)},
+                "selector": {"matchLabels": dict(selector)},
                 "podMetricsEndpoints": [
                     {
                         "port": "http",
@@ -418,13 +436,14 @@ def render_objects(
     spec: SpeculativeServiceSpec,
     speculation: SpecConfig,
     options: RenderOptions,
+    selector: Selector,
 ) -> list[Obj]:
-    """Every child of a SpeculativeService, in apply order."""
+    """Every child of a SpeculativeService, in apply order, all selecting with ``selector``."""
     objects = [
-        render_deployment(name, namespace, spec, speculation, options),
-        render_service(name, namespace),
-        render_pdb(name, namespace),
+        render_deployment(name, namespace, spec, speculation, options, selector),
+        render_service(name, namespace, selector),
+        render_pdb(name, namespace, selector),
     ]
     if options.pod_monitor:
-        objects.append(render_pod_monitor(name, namespace, spec))
+        objects.append(render_pod_monitor(name, namespace, spec, selector))
     return objects

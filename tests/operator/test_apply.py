@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import kopf
 import pytest
 import yaml
 from specops_lab.demo import engine_config
@@ -19,7 +20,14 @@ from specops_operator._reconcile import _apply, reconcile
 
 from specops.api import parse_service
 from specops.policy import SpecConfig
-from specops.render import HASH_ANNOTATION, RenderOptions, plan, speculative_config_status
+from specops.render import (
+    HASH_ANNOTATION,
+    OWNER_UID_LABEL,
+    RenderOptions,
+    plan,
+    selector_labels,
+    speculative_config_status,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 Obj = dict[str, Any]
@@ -342,3 +350,41 @@ def test_a_reconciliation_renders_the_object_as_it_is_once_its_turn_comes() -> N
     gone = _Cluster()
     outcome = reconcile(cast(Kube, gone), stale, RenderOptions(), lambda *_: None)
     assert outcome.writes == () and gone.applies == []
+
+
+def test_a_deployment_made_before_the_uid_selector_keeps_it_and_is_not_rewritten() -> None:
+    """A live Deployment this service owns, selecting without the owner's uid (as one the
+    operator made before it selected by uid): the render keeps its selector, so nothing is
+    rewritten and no pod rolls; the Service and PDB select the same pods."""
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"].update(namespace="ml", uid="uid-llama-1")
+    service = parse_service(body)
+    legacy = selector_labels("llama")
+    before = copy.deepcopy(list(plan(service, RenderOptions(), legacy).objects))
+    kopf.adopt(before, owner=cast(kopf.Body, body))
+    cluster = _Cluster()
+    cluster.services["llama"] = copy.deepcopy(body)
+    for child in before:
+        cluster.objects[cluster._key(child)] = _stored(child, "1")
+    events: list[str] = []
+    reconcile(cast(Kube, cluster), body, RenderOptions(), lambda t, r, m: events.append(m))
+    assert cluster.applies == [] and events == []
+    assert cluster.objects[("Service", "llama")]["spec"]["selector"] == legacy
+    assert cluster.status_patches[-1]["selector"] == (
+        "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=llama"
+    )
+
+
+def test_a_new_deployment_selects_by_the_owners_uid() -> None:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"].update(namespace="ml", uid="uid-llama-1")
+    cluster = _Cluster()
+    cluster.services["llama"] = copy.deepcopy(body)
+    reconcile(cast(Kube, cluster), body, RenderOptions(), lambda t, r, m: None)
+    wanted = {**selector_labels("llama"), OWNER_UID_LABEL: "uid-llama-1"}
+    deployment = cluster.objects[("Deployment", "llama")]
+    assert deployment["spec"]["selector"]["matchLabels"] == wanted
+    assert cluster.objects[("Service", "llama")]["spec"]["selector"] == wanted
+    assert cluster.objects[("PodDisruptionBudget", "llama-pdb")]["spec"]["selector"] == {
+        "matchLabels": wanted
+    }

@@ -131,7 +131,11 @@ def _status_reported(kmock: Any, config: str) -> None:
     assert conditions["MetricsAvailable"]["status"] == "Unknown"
     assert conditions["Ready"]["status"] == "False"  # no Deployment controller in kmock
     assert status["observedGeneration"] == 1
-    assert status["selector"] == "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=llama"
+    # The pods are selected by the owner's uid too, which only the operator sets.
+    assert status["selector"] == (
+        "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=llama,"
+        "specops.io/owner-uid=uid-llama-1"
+    )
     assert status["speculativeConfig"]["json"] == config
 
 

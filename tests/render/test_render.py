@@ -12,12 +12,19 @@ import yaml
 from click.testing import CliRunner
 from specops_lab.podrunner import container_env, expand, parse_pod
 
-from specops.api import BatchSizeRange, SpeculativeConfigStatus, parse_service, parse_spec
+from specops.api import (
+    BatchSizeRange,
+    SpeculativeConfigStatus,
+    SpeculativeService,
+    parse_service,
+    parse_spec,
+)
 from specops.cli import main
 from specops.errors import SpecValidationError
 from specops.policy import ScheduleRange, SpecConfig
 from specops.render import (
     HASH_ANNOTATION,
+    OWNER_UID_LABEL,
     PRE_STOP_SLEEP_SECONDS,
     RenderOptions,
     apply_defaults,
@@ -25,6 +32,7 @@ from specops.render import (
     data_parallel_size,
     plan,
     render_objects,
+    selector_labels,
     spec_config,
     speculation_from_spec,
     speculation_in_force,
@@ -44,10 +52,13 @@ SPEC: dict[str, Any] = {
 }
 
 
+SELECTOR = selector_labels("llama", "uid-llama-1")
+
+
 def _render(spec: dict[str, Any], speculation: SpecConfig | None = None) -> list[Any]:
     parsed = apply_defaults(parse_spec(spec))
     chosen = speculation if speculation is not None else speculation_from_spec(parsed)
-    return render_objects("llama", "ml", parsed, chosen, RenderOptions())
+    return render_objects("llama", "ml", parsed, chosen, RenderOptions(), SELECTOR)
 
 
 def _args(objects: list[Any]) -> list[str]:
@@ -170,8 +181,9 @@ def test_prometheus_source_and_pod_monitor() -> None:
     spec = copy.deepcopy(SPEC)
     spec["metrics"] = {"source": "Prometheus", "prometheusUrl": "http://prom:9090"}
     parsed = apply_defaults(parse_spec(spec))
+    options = RenderOptions(pod_monitor=True)
     objects = render_objects(
-        "llama", "ml", parsed, speculation_from_spec(parsed), RenderOptions(pod_monitor=True)
+        "llama", "ml", parsed, speculation_from_spec(parsed), options, SELECTOR
     )
     sidecar = objects[0]["spec"]["template"]["spec"]["containers"][1]
     args = sidecar["args"]
@@ -209,8 +221,8 @@ def test_rendering_is_deterministic_pure_and_hashed() -> None:
     parsed = apply_defaults(parse_spec(SPEC))
     frozen = parsed.model_dump()
     speculation = speculation_from_spec(parsed)
-    first = render_objects("llama", "ml", parsed, speculation, RenderOptions())
-    second = render_objects("llama", "ml", parsed, speculation, RenderOptions())
+    first = render_objects("llama", "ml", parsed, speculation, RenderOptions(), SELECTOR)
+    second = render_objects("llama", "ml", parsed, speculation, RenderOptions(), SELECTOR)
     assert first == second
     assert parsed.model_dump() == frozen
     hashes = {o["metadata"]["annotations"][HASH_ANNOTATION] for o in first}
@@ -221,6 +233,7 @@ def test_rendering_is_deterministic_pure_and_hashed() -> None:
         parsed,
         SpecConfig.static(1),
         RenderOptions(),
+        SELECTOR,
     )
     assert other[0]["metadata"]["annotations"] != first[0]["metadata"]["annotations"]
     assert other[1] == first[1]
@@ -379,3 +392,36 @@ def test_dollar_references_reach_the_container_literally_not_expanded_by_the_kub
     assert "http://prom:9090/$(HF_TOKEN)" in sidecar_args
     # The operator's own reference is still expanded: the sidecar learns its pod's name.
     assert sidecar_args[sidecar_args.index("--pod") + 1] == "llama-abc-1"
+
+
+def test_every_child_selects_the_pods_by_the_owners_uid() -> None:
+    """A pod with the app.kubernetes.io labels but not the uid joins none of them."""
+    service = _with_uid("uid-llama-1")
+    planned = plan(service, RenderOptions(pod_monitor=True))
+    wanted = {**selector_labels("llama"), OWNER_UID_LABEL: "uid-llama-1"}
+    assert planned.selector == wanted
+    deployment, svc, pdb, monitor = planned.objects
+    assert deployment["spec"]["selector"]["matchLabels"] == wanted
+    assert wanted.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["selector"] == wanted
+    assert pdb["spec"]["selector"]["matchLabels"] == wanted
+    assert monitor["spec"]["selector"]["matchLabels"] == wanted
+
+
+def test_a_deployment_made_before_keeps_its_selector_and_its_render() -> None:
+    """A live selector without the uid (immutable in the Deployment) is kept by every child,
+    and the children render as before: an upgrade rolls no pod."""
+    service = _with_uid("uid-llama-1")
+    legacy = selector_labels("llama")
+    kept = plan(service, RenderOptions(), legacy)
+    assert kept.selector == legacy
+    assert OWNER_UID_LABEL not in kept.objects[0]["spec"]["template"]["metadata"]["labels"]
+    assert kept.objects[1]["spec"]["selector"] == legacy
+    assert plan(_with_uid(None), RenderOptions()).objects == kept.objects
+
+
+def _with_uid(uid: str | None) -> SpeculativeService:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    if uid is not None:
+        body["metadata"]["uid"] = uid
+    return parse_service(body)
