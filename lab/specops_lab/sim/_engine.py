@@ -49,7 +49,18 @@ from specops.vllm import DYNAMIC_SCHEDULE_METHODS, SpeculativeConfig
 from specops_lab.sim._lanes import Lane, walk_lane, walk_lanes
 from specops_lab.sim._metrics import EngineMetrics, MetricsRecorder
 from specops_lab.sim._noise import StepNoise
-from specops_lab.sim._stretch import Entrant, Limits, Plan, Pricing, Stretch, plan, price
+from specops_lab.sim._stretch import (
+    ADMITTED,
+    FINISHED,
+    PREEMPTED,
+    Entrant,
+    Limits,
+    Plan,
+    Pricing,
+    Stretch,
+    plan,
+    price,
+)
 from specops_lab.sim._truth import DEFAULT_TRUTH, EngineStep, EngineTruth, load_truth
 from specops_lab.sim._workload import DrawnRequest, Workload
 
@@ -99,6 +110,9 @@ class StepRule(Protocol):
 # work of a stretch outweighs its Python, small enough to stay in cache.
 _LANE_STEPS = 1 << 16
 _MAX_STRETCH = 4096
+# Fewer stale lanes than this are walked one by one: walking them together costs numpy calls
+# for every step of the walk, one by one only Python steps to each lane's finish.
+_WALK_TOGETHER = 64
 # A stretch the step rule cuts shorter than this (or half the batch) sends the next
 # twice as many steps alone.
 _RULE_STRETCH = 8
@@ -723,20 +737,44 @@ class SimulatedEngine:
 
     def _running_lanes(self, cap: int, horizon: int) -> list[Lane]:
         """The running requests' lanes for ``cap``, ``horizon`` steps ahead: kept ones
-        walked on, the others walked afresh, all together."""
+        walked on, the others walked afresh."""
         order = self._order
         lanes = [self._lanes[slot] for slot in order]
-        stale = [i for i, lane in enumerate(lanes) if lane is None or lane.cap != cap]
-        for lane in lanes:
-            if lane is not None and lane.cap == cap:
+        stale = []
+        for i, lane in enumerate(lanes):
+            if lane is None or lane.cap != cap:
+                stale.append(i)
+            elif lane.trace is not None:  # else walked to its finish already
                 lane.cover(horizon)
         if stale:
-            slots = [order[i] for i in stale]
-            traces = []
-            for slot in slots:
-                request = self._slot_request[slot]
-                assert request is not None
-                traces.append(request.trace)
+            fresh = self._walk_stale([order[i] for i in stale], cap, horizon)
+            for i, lane in zip(stale, fresh, strict=True):
+                lanes[i] = lane
+        return [lane for lane in lanes if lane is not None]
+
+    def _walk_stale(self, slots: list[int], cap: int, horizon: int) -> list[Lane]:
+        """The lanes of the requests in ``slots`` walked afresh (and kept): together, whose
+        cost is numpy calls per step walked, or one by one where they are few."""
+        requests = []
+        for slot in slots:
+            request = self._slot_request[slot]
+            assert request is not None
+            requests.append(request)
+        if len(slots) < _WALK_TOGETHER:
+            fresh = [
+                walk_lane(
+                    request.trace,
+                    shared=request.shared,
+                    pos=int(self._pos[slot]),
+                    generated=int(self._gen[slot]),
+                    context=int(self._ctx[slot]),
+                    target=request.target,
+                    cap=cap,
+                    steps=horizon,
+                )
+                for slot, request in zip(slots, requests, strict=True)
+            ]
+        else:
             fresh = walk_lanes(
                 self._trace[slots],
                 self._tlen[slots],
@@ -746,11 +784,11 @@ class SimulatedEngine:
                 target=self._target[slots],
                 cap=cap,
                 steps=horizon,
-                originals=traces,
+                originals=[request.trace for request in requests],
             )
-            for i, slot, lane in zip(stale, slots, fresh, strict=True):
-                lanes[i] = self._lanes[slot] = lane
-        return [lane for lane in lanes if lane is not None]
+        for slot, lane in zip(slots, fresh, strict=True):
+            self._lanes[slot] = lane
+        return fresh
 
     def _entrant(self, request: _Request, cap: int, horizon: int) -> Entrant:
         chunk = request.prompt_len + request.generated
@@ -803,7 +841,7 @@ class SimulatedEngine:
             )
         self._count_stretch(stretch, running)
         slots, names, finished = self._replay(stretch, running, arrivals_until)
-        self._settle(stretch, slots)
+        self._settle(stretch, slots, len(running))
         if self._noise.sigma > 0:
             self._noise.take(stretch.committed)
         ends = stretch.ends
@@ -869,48 +907,73 @@ class SimulatedEngine:
     def _replay(
         self, stretch: Stretch, running: list[int], arrivals_until: float
     ) -> tuple[list[int], list[str], tuple[FinishedRequest, ...]]:
-        """Preempt, admit, finish and queue requests as the stretch's steps did. Returns the
-        slot and request id of every lane, and what finished in the last step."""
+        """Preempt, admit, finish and queue requests as the stretch's steps did (arrivals
+        only after steps that end before ``arrivals_until``). Returns the slot and request id
+        of every lane, and what finished in the last step.
+
+        Only the requests and the slots' free list (whose order later steps alone sum
+        latencies in) are kept step by step; the slots' arrays are left to ``_settle``,
+        which writes what the stretch leaves in them at once."""
         planned = stretch.plan
-        ends = stretch.ends
+        committed = stretch.committed
+        ends = stretch.ends.tolist()
+        before = int(stretch.ends.searchsorted(arrivals_until))  # the ends rise
+        first = len(running)
         slots = [*running, *([-1] * len(planned.admitted))]
         names = [self._slot_ids[slot] for slot in running] + [""] * len(planned.admitted)
         phase = self.workload.phase(self.now)
+        waiting = self._waiting
+        slot_request = self._slot_request
         records: list[FinishedRequest] = []
-        last: tuple[FinishedRequest, ...] = ()
-        for events in stretch.events(arrivals_until):
-            step = events.step
-            end = float(ends[step])
-            for lane in events.preempted:
-                self._preempt_lane(planned, lane, slots[lane], step)
-            for lane, entrant in events.admitted:
-                request = self._waiting.popleft()
-                slot = self._admit(
-                    request, entrant.chunk, self.now if step == 0 else ends[step - 1]
-                )
-                self._ctx[slot] += entrant.chunk
-                request.lane = entrant.lane
-                self._first_token(slot, end)
+        last: list[FinishedRequest] = []
+        first_tokens: list[float] = []
+        for step, what, lane in planned.log:
+            if step >= committed:
+                break
+            end = ends[step]
+            if what == ADMITTED:
+                request = waiting.popleft()
+                slot = self._seat(request, ends[step - 1] if step else self.now)
+                entrant = planned.admitted[lane - first][1]
+                if entrant.lane is not None:
+                    entrant.lane.done = 0
+                    request.lane = self._lanes[slot] = entrant.lane
+                if request.first_token_ts < 0:
+                    request.first_token_ts = end
+                    first_tokens.append(end - request.arrival)
                 slots[lane] = slot
                 names[lane] = request.request_id
-            if events.finished:
-                done = self._finish([slots[lane] for lane in events.finished], end)
-                records.extend(done)
-                if step == stretch.committed - 1:
-                    last = done
-            for _ in range(events.arrivals):
+            elif what == FINISHED:
+                record = self._record(slot_request[slots[lane]], end)
+                self._vacate(slots[lane])
+                records.append(record)
+                if step == committed - 1:
+                    last.append(record)
+            elif what == PREEMPTED:
+                self._preempt_lane(planned, lane, slots[lane], step)
+            elif step < before:  # an arrival
                 request = self._ahead_request(0, phase)
                 self._ahead.popleft()
                 request.arrival = end
                 request.request_id = f"cmpl-{next(self._ids)}"
-                self._waiting.append(request)
+                waiting.append(request)
+        self._metrics.histograms["vllm:time_to_first_token_seconds"].observe_each(
+            np.asarray(first_tokens, dtype=np.float64)
+        )
+        self._finished.extend(records)
         self._observe_finished(records)
-        return slots, names, last
+        return slots, names, tuple(last)
 
-    def _settle(self, stretch: Stretch, slots: list[int]) -> None:
-        """The running lanes' state after the stretch: their walk, so many steps on."""
+    def _settle(self, stretch: Stretch, slots: list[int], first: int) -> None:
+        """The slots' state after the stretch: the running lanes' walk, so many steps on,
+        and the traces of those admitted in it (lanes from ``first`` on); free slots hold
+        nothing."""
         planned = stretch.plan
         survivors = stretch.survivors()
+        self._order = [slots[lane] for lane in survivors]
+        free = self._free
+        self._decoding[free] = False
+        self._ctx[free] = 0
         if not survivors:
             return
         moved = []
@@ -921,24 +984,31 @@ class SimulatedEngine:
             lane.done += stretch.committed - planned.starts[lane_id]
             moved.append(int(lane.cum[lane.done]))
             origins.append((lane.pos, lane.generated, lane.context))
-        at = [slots[lane] for lane in survivors]
+        at = self._order
         shift = np.asarray(moved, dtype=np.int64)
         origin = np.asarray(origins, dtype=np.int64)
         self._pos[at] = origin[:, 0] + shift
         self._gen[at] = origin[:, 1] + shift
         self._ctx[at] = origin[:, 2] + shift
         self._last_ts[at] = float(stretch.ends[-1])
+        admitted = [slots[lane] for lane in survivors if lane >= first]
+        for slot in admitted:
+            self._load(slot)
+        self._decoding[admitted] = True
 
     def _preempt_lane(self, planned: Plan, lane_id: int, slot: int, step: int) -> None:
-        """Preempt a lane at the start of ``step``, from the state its decodes left."""
+        """Preempt a lane at the start of ``step``, from the state its decodes left, to resume
+        with the lane the plan gave it."""
         lane = planned.lanes[lane_id]
-        assert lane is not None and lane is self._lanes[slot]
+        request = self._slot_request[slot]
+        assert lane is not None and lane is self._lanes[slot] and request is not None
         done = lane.done + step - planned.starts[lane_id]
         moved = int(lane.cum[done])
-        self._pos[slot] = lane.pos + moved
-        self._gen[slot] = lane.generated + moved
-        lane.done = done
-        self._preempt(slot, count_it=True)
+        request.pos = lane.pos + moved
+        request.generated = lane.generated + moved
+        request.lane = planned.resumed[lane_id]
+        self._vacate(slot)
+        self._requeue(request, count_it=True)
 
     # -- one step alone ----------------------------------------------------------------
 
@@ -1041,26 +1111,37 @@ class SimulatedEngine:
         return chunks
 
     def _admit(self, request: _Request, left: int, now: float) -> int:
-        slot = self._free.pop()
-        trace = request.trace
-        length = min(trace.size, self._trace.shape[1])
-        self._trace[slot, :length] = trace[:length]
-        self._tlen[slot] = length
+        slot = self._seat(request, now)
+        self._load(slot)
         self._pos[slot] = request.pos
         self._gen[slot] = request.generated
-        self._target[slot] = request.target
         self._ctx[slot] = 0
         self._decoding[slot] = False
-        self._slot_request[slot] = request
-        self._slot_ids[slot] = request.request_id
         self._order.append(slot)
         self._prefill_left[slot] = left
+        return slot
+
+    def _seat(self, request: _Request, now: float) -> int:
+        """Give ``request`` a free slot, scheduled at ``now``: all but the slot's arrays."""
+        slot = self._free.pop()
+        self._slot_request[slot] = request
+        self._slot_ids[slot] = request.request_id
         if request.scheduled_ts < 0:
             request.scheduled_ts = now
             # vLLM looks the prompt up in its prefix cache at a request's first admission;
             # the simulated cache never hits.
             self._metrics.counters["vllm:prefix_cache_queries"] += request.prompt_len
         return slot
+
+    def _load(self, slot: int) -> None:
+        """The trace and target of the request seated in ``slot``."""
+        request = self._slot_request[slot]
+        assert request is not None
+        trace = request.trace
+        length = min(trace.size, self._trace.shape[1])
+        self._trace[slot, :length] = trace[:length]
+        self._tlen[slot] = length
+        self._target[slot] = request.target
 
     def _decode(self, slots: npt.NDArray[np.intp], k: int, end: float) -> int:
         pos = self._pos
@@ -1165,25 +1246,28 @@ class SimulatedEngine:
         for slot in slots:
             request = self._slot_request[slot]
             assert request is not None
-            finished.append(
-                FinishedRequest(
-                    request_id=request.request_id,
-                    finish_reason=request.finish_reason,
-                    prompt_tokens=request.prompt_len,
-                    output_tokens=request.target,
-                    arrival=request.arrival,
-                    finished=end,
-                    ttft=request.first_token_ts - request.arrival,
-                    queue_time=request.scheduled_ts - request.arrival,
-                    prefill_time=request.first_token_ts - request.scheduled_ts,
-                    decode_time=end - request.first_token_ts,
-                    num_preemptions=request.num_preemptions,
-                    max_tokens=request.max_tokens,
-                )
-            )
+            finished.append(self._record(request, end))
             self._release(slot)
         self._finished.extend(finished)
         return tuple(finished)
+
+    @staticmethod
+    def _record(request: _Request | None, end: float) -> FinishedRequest:
+        assert request is not None
+        return FinishedRequest(
+            request_id=request.request_id,
+            finish_reason=request.finish_reason,
+            prompt_tokens=request.prompt_len,
+            output_tokens=request.target,
+            arrival=request.arrival,
+            finished=end,
+            ttft=request.first_token_ts - request.arrival,
+            queue_time=request.scheduled_ts - request.arrival,
+            prefill_time=request.first_token_ts - request.scheduled_ts,
+            decode_time=end - request.first_token_ts,
+            num_preemptions=request.num_preemptions,
+            max_tokens=request.max_tokens,
+        )
 
     def _observe_finished(self, records: Sequence[FinishedRequest]) -> None:
         if not records:
@@ -1219,12 +1303,17 @@ class SimulatedEngine:
             histograms[name].observe_each(column)
 
     def _release(self, slot: int) -> None:
-        self._slot_request[slot] = None
-        self._lanes[slot] = None
+        self._vacate(slot)
         self._decoding[slot] = False
         self._ctx[slot] = 0
         self._prefill_left.pop(slot, None)
         self._order.remove(slot)
+
+    def _vacate(self, slot: int) -> None:
+        """Free a slot but for its arrays and the running order (a stretch writes those
+        once, in ``_settle``)."""
+        self._slot_request[slot] = None
+        self._lanes[slot] = None
         self._free.append(slot)
 
     def _preempt(self, slot: int, *, count_it: bool) -> None:
@@ -1236,6 +1325,10 @@ class SimulatedEngine:
         if lane is not None:
             request.lane = lane.resumed(lane.done)
         self._release(slot)
+        self._requeue(request, count_it=count_it)
+
+    def _requeue(self, request: _Request, *, count_it: bool) -> None:
+        """A preempted request goes back to the front of the queue."""
         self._waiting.appendleft(request)
         if count_it:
             request.num_preemptions += 1

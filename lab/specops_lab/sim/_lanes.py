@@ -21,8 +21,9 @@ __all__ = ["Lane", "walk_lane", "walk_lanes"]
 
 Tokens = npt.NDArray[np.int64]
 
-# (id(trace), cap) -> (the trace, kept so the id stays its own; its walk from position 0)
-_SHARED: dict[tuple[int, int], tuple[npt.NDArray[np.int32], Tokens]] = {}
+# (id(trace), cap) -> (the trace, kept so the id stays its own; its walk from position 0; the
+# decode steps that walk takes to each number of tokens asked for)
+_SHARED: dict[tuple[int, int], tuple[npt.NDArray[np.int32], Tokens, dict[int, int]]] = {}
 # A walk that must be extended goes at least this many steps further.
 _WALK_AHEAD = 64
 
@@ -113,13 +114,19 @@ def _walk(trace: Sequence[int], pos: int, cap: int, remaining: int, limit: int) 
     return np.asarray(cum, dtype=np.int64)
 
 
-def _shared_walk(trace: npt.NDArray[np.int32], cap: int, remaining: int) -> Tokens:
+def _shared_walk(trace: npt.NDArray[np.int32], cap: int, remaining: int) -> tuple[Tokens, int]:
+    """The shared walk of ``trace`` and the decode steps it takes to ``remaining`` tokens
+    (many requests drawn from the row ask for the same)."""
     key = (id(trace), cap)
     kept = _SHARED.get(key)
     if kept is None or kept[1][-1] < remaining:
         whole = max(remaining, trace.size)
-        _SHARED[key] = kept = (trace, _walk(trace.tolist(), 0, cap, whole, whole + 1))
-    return kept[1]
+        _SHARED[key] = kept = (trace, _walk(trace.tolist(), 0, cap, whole, whole + 1), {})
+    _, walk, finishes = kept
+    steps = finishes.get(remaining)
+    if steps is None:
+        steps = finishes[remaining] = int(walk.searchsorted(remaining))
+    return walk, steps
 
 
 def walk_lane(
@@ -137,11 +144,11 @@ def walk_lane(
     walked at least ``steps`` decode steps ahead (a shared trace's: to the finish)."""
     remaining = target - generated
     if shared and pos == 0:
-        lane = Lane(cap, _shared_walk(trace, cap, remaining), 0, remaining, pos, generated, context)
-    else:
-        values = trace.tolist()
-        cum = _walk(values, pos, cap, remaining, steps + _WALK_AHEAD)
-        lane = Lane(cap, cum, 0, remaining, pos, generated, context, values)
+        cum, finish = _shared_walk(trace, cap, remaining)
+        return Lane(cap, cum, finish, remaining, pos, generated, context)
+    values = trace.tolist()
+    cum = _walk(values, pos, cap, remaining, steps + _WALK_AHEAD)
+    lane = Lane(cap, cum, 0, remaining, pos, generated, context, values)
     lane._settle()
     return lane
 

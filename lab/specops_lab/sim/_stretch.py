@@ -29,13 +29,16 @@ from specops_lab.sim._noise import StepNoise
 from specops_lab.sim._truth import EngineSteps, EngineTruth
 
 __all__ = [
+    "ADMITTED",
+    "ARRIVED",
+    "FINISHED",
+    "PREEMPTED",
     "Entrant",
     "LaneSteps",
     "Limits",
     "Plan",
     "Pricing",
     "Requests",
-    "StepEvents",
     "Stretch",
     "plan",
     "price",
@@ -43,6 +46,9 @@ __all__ = [
 
 Counts = npt.NDArray[np.int64]
 Times = npt.NDArray[np.float64]
+
+# What happens to a request in a planned step (Plan.log).
+PREEMPTED, ADMITTED, FINISHED, ARRIVED = range(4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +115,18 @@ class LaneSteps:
         if not spans:
             empty = np.zeros(0, dtype=np.int64)
             return cls(empty, empty, empty, empty, empty, empty)
-        low = np.concatenate([lane.cum[lane.done : lane.done + n] for _, lane, _, n in spans])
-        high = np.concatenate(
-            [lane.cum[lane.done + 1 : lane.done + n + 1] for _, lane, _, n in spans]
-        )
+        # Each lane's n + 1 known points, one after another: low drops every lane's last,
+        # high its first.
+        cum = np.concatenate([lane.cum[lane.done : lane.done + n + 1] for _, lane, _, n in spans])
+        ends = np.cumsum(counts + 1)
+        low_keep = np.ones(cum.size, dtype=bool)
+        low_keep[ends - 1] = False
+        high_keep = np.ones(cum.size, dtype=bool)
+        high_keep[ends - counts - 1] = False
+        low = cum[low_keep]
+        high = cum[high_keep]
         first = np.asarray([start for _, _, start, _ in spans], dtype=np.int64)
-        offsets = np.cumsum(counts) - counts
+        offsets = ends - counts - np.arange(1, len(spans) + 1)
         return cls(
             lane=np.repeat(np.asarray([i for i, _, _, _ in spans], dtype=np.int64), counts),
             step=np.arange(low.size) + np.repeat(first - offsets, counts),
@@ -158,8 +170,11 @@ class Plan:
     Lanes are the running requests (in admission order), then the admitted ones (in order;
     None: finished by its first token). ``starts``/``finishes``: a lane's first decode step
     and the step at whose end it finishes (maybe past the stretch); ``preempted``: lanes
-    preempted at the start of a step (lane id: step). ``admitted``: (step, entrant) in
-    order; ``arrivals``: the step after which each arrival comes.
+    preempted at the start of a step (lane id: step), ``resumed`` their lanes once resumed
+    (lane id: lane, None where the resuming prefill's token finishes it). ``admitted``:
+    (step, entrant) in order; ``log``: (step, what, lane id) of every preemption (at the
+    step's start), admission, finish (at its end) and arrival (after it, lane id -1), in the
+    order the scheduler does them.
     """
 
     k: int
@@ -168,8 +183,9 @@ class Plan:
     starts: list[int]
     finishes: list[int]
     preempted: dict[int, int]
+    resumed: dict[int, Lane | None]
     admitted: list[tuple[int, Entrant]]
-    arrivals: list[int]
+    log: list[tuple[int, int, int]]
     running: LaneSteps
     """The decodes of the running lanes up to the horizon, preemptions not yet applied."""
 
@@ -307,8 +323,9 @@ class _Planner:
             for i, (lane, finish) in enumerate(zip(running_lanes, finishes, strict=True))
         ]
         self.planned = Plan(
-            k, horizon, lanes, [0] * len(lanes), finishes, {}, [], [], LaneSteps.of(spans)
+            k, horizon, lanes, [0] * len(lanes), finishes, {}, {}, [], [], LaneSteps.of(spans)
         )
+        self.log = self.planned.log
         self.blocks = _Blocks(limits, horizon)
         # The running lanes as _add adds them, all at once (lane ids break ties in the heap).
         context = [lane.context + lane.remaining for lane in running_lanes]
@@ -319,10 +336,6 @@ class _Planner:
         # Lane ids in admission order (they rise); ids at its tail may have left ``alive``.
         self.admitted_order = list(range(len(lanes)))
         self.blocks.expect(sum(self.peaks), self.planned)
-
-    def _chunk(self, item: int) -> int:
-        known = self.entrants.get(item) if item >= 0 else self.resumed[-1 - item]
-        return self.requests.chunk(item) if known is None else known.chunk
 
     def _entrant(self, item: int) -> Entrant:
         """The entrant for a queue item, kept while the KV cache keeps it waiting."""
@@ -357,12 +370,14 @@ class _Planner:
             after = min(planned.finishes[victim] + 1, self.horizon) - step
             self.blocks.hold(lane, step, after, lane.done + done, sign=-1)
             planned.preempted[victim] = step
+            self.log.append((step, PREEMPTED, victim))
             self.alive.remove(victim)
             self.blocks.most -= self.peaks[victim]
             self.in_flight -= 1
             self.free_slots += 1
             context = lane.context + int(lane.cum[lane.done + done])
-            self.resumed.append(Entrant(context, 0, lane.resumed(lane.done + done)))
+            resumed = planned.resumed[victim] = lane.resumed(lane.done + done)
+            self.resumed.append(Entrant(context, 0, resumed))
             self.pending.appendleft(-len(self.resumed))
 
     def admit(self, step: int) -> int | None:
@@ -373,10 +388,10 @@ class _Planner:
         taken = needed = 0
         self.blocked = False
         while self.pending and taken < self.free_slots and budget > 0:
-            chunk = self._chunk(self.pending[0])
+            entrant = self._entrant(self.pending[0])
+            chunk = entrant.chunk
             if chunk > budget:
                 return None
-            entrant = self._entrant(self.pending[0])
             peak = blocks.peak(entrant.lane, chunk)
             blocks.expect(peak, self.planned)
             free = blocks.free(step)
@@ -392,6 +407,7 @@ class _Planner:
             lane = entrant.lane
             finish = step + (lane.steps if lane else 0)
             self.planned.admitted.append((step, entrant))
+            self.log.append((step, ADMITTED, len(self.planned.lanes)))
             self._add(lane, step + 1, finish, peak)
             if lane is not None:
                 blocks.hold(lane, step + 1, min(finish + 1, self.horizon) - step - 1, lane.done)
@@ -405,6 +421,7 @@ class _Planner:
             if lane in self.alive:
                 self.alive.remove(lane)
                 self.blocks.most -= self.peaks[lane]
+                self.log.append((step, FINISHED, lane))
                 ended += 1
         self.in_flight -= ended
         self.free_slots += ended
@@ -412,7 +429,7 @@ class _Planner:
             for _ in range(self.concurrency - self.in_flight - len(self.pending)):
                 self.pending.append(self.next_index)
                 self.next_index += 1
-                self.planned.arrivals.append(step)
+                self.log.append((step, ARRIVED, -1))
         return ended
 
     def run(self) -> Plan | None:
@@ -552,32 +569,6 @@ class Stretch:
         at_least = np.cumsum(counts[:, ::-1], axis=1)[:, ::-1]
         return at_least[:, 1 : positions + 1]
 
-    def events(self, arrivals_until: float) -> list[StepEvents]:
-        """What happens to requests in the committed steps, step by step, in the order the
-        scheduler does it; arrivals only after steps that end before ``arrivals_until``."""
-        planned = self.plan
-        steps = self.committed
-        first = len(planned.lanes) - len(planned.admitted)
-        by_step: dict[int, StepEvents] = {}
-
-        def at(step: int) -> StepEvents:  # a step's events, made only when it has none yet
-            return by_step.get(step) or by_step.setdefault(step, StepEvents(step, [], [], [], 0))
-
-        for lane, step in planned.preempted.items():
-            if step < steps:
-                at(step).preempted.append(lane)
-        for offset, (step, entrant) in enumerate(planned.admitted):
-            if step < steps:
-                at(step).admitted.append((first + offset, entrant))
-        for lane, step in enumerate(planned.finishes):
-            if step < steps and planned.preempted.get(lane, steps) > step:
-                at(step).finished.append(lane)
-        before = int(self.ends.searchsorted(arrivals_until))  # the ends rise
-        for step in planned.arrivals:
-            if step < before:
-                at(step).arrivals += 1
-        return [by_step[step] for step in sorted(by_step)]
-
     def running_after(self, running: int) -> Counts:
         """Requests running after each committed step, ``running`` before the first."""
         planned = self.plan
@@ -601,25 +592,13 @@ class Stretch:
         steps = self.committed
         admitted = sum(1 for step, _ in planned.admitted if step < steps)
         last = len(planned.lanes) - len(planned.admitted) + admitted
-        return [
-            lane
-            for lane in range(last)
-            if planned.lanes[lane] is not None
-            and planned.finishes[lane] >= steps
-            and planned.preempted.get(lane, steps) >= steps
-        ]
-
-
-@dataclass
-class StepEvents:
-    """One step's changes to who runs: preempted lanes (at its start, in order), admitted
-    (lane id, entrant), finished lanes (at its end, by admission) and arrivals after it."""
-
-    step: int
-    preempted: list[int]
-    admitted: list[tuple[int, Entrant]]
-    finished: list[int]
-    arrivals: int
+        # A lane finished by its first token finishes in the step that admits it.
+        running = np.asarray(planned.finishes[:last], dtype=np.int64) >= steps
+        for lane, step in planned.preempted.items():
+            if step < steps:
+                running[lane] = False
+        survivors: list[int] = np.flatnonzero(running).tolist()
+        return survivors
 
 
 def _per_step(index: Counts, steps: int, weights: Counts | None = None) -> Counts:
@@ -668,7 +647,7 @@ def price(
     )
     decodes = decodes.before(committed)
     last = decodes.step == committed - 1
-    held = int(limits.blocks(decodes.context[last]).sum())
+    held = int(limits.blocks(decodes.origin[last] + decodes.low[last]).sum())
     kv_blocks = held + int(limits.blocks(chunks[admitted_at == committed - 1]).sum())
     return Stretch(
         plan=planned,
