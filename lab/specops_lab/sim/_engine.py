@@ -285,13 +285,11 @@ class _Request:
 
 @dataclass
 class _Ahead:
-    """A request drawn ahead for a closed loop's next arrival, in a mix phase and family,
-    with where the workload's draws stood before it; ``request`` is made from it (and its
-    lane walked) when a stretch first needs it."""
+    """A request drawn ahead for a closed loop's next arrival, in a mix phase and family;
+    ``request`` is made from it (and its lane walked) when a stretch first needs it."""
 
     phase: int
     family: DraftFamily
-    stream: dict[str, object]
     drawn: DrawnRequest
     request: _Request | None = None
 
@@ -351,6 +349,10 @@ class SimulatedEngine:
         self._finished: list[FinishedRequest] = []
         self._waiting: deque[_Request] = deque()
         self._ahead: deque[_Ahead] = deque()
+        # Where the workload's draws stood before the first of the requests drawn ahead since
+        # ``_ahead`` was last empty, and how many of those have been taken from it.
+        self._ahead_stream: dict[str, object] = {}
+        self._ahead_taken = 0
         self._sample_at: deque[float] = deque()
         self._samples: list[tuple[float, int, int]] = []
         self._metrics = MetricsRecorder(config.max_model_len)
@@ -473,15 +475,25 @@ class SimulatedEngine:
         phase = self.workload.phase(arrival)
         self._drop_ahead(phase)
         if self._ahead:
-            return self._ahead.popleft().drawn
+            return self._take_ahead().drawn
         return self.workload.draw_in(phase, self._spec.family)
+
+    def _take_ahead(self) -> _Ahead:
+        """The first request drawn ahead, counted so that ``_drop_ahead`` can draw it again."""
+        self._ahead_taken += 1
+        return self._ahead.popleft()
 
     def _drop_ahead(self, phase: int) -> None:
         """Forget requests drawn ahead for another phase or family, and draw them again:
-        the workload's draws rewind to before them, as if they had never been drawn."""
+        the workload's draws rewind to before them, as if they had never been drawn. All
+        were drawn alike (a stretch drops them first), so the draws rewind to before the
+        first drawn and draw again those already taken: far cheaper than keeping where the
+        draws stood before each."""
         ahead = self._ahead
         if ahead and (ahead[0].phase != phase or ahead[0].family is not self._spec.family):
-            self.workload.rewind(ahead[0].stream)
+            self.workload.rewind(self._ahead_stream)
+            for _ in range(self._ahead_taken):
+                self.workload.draw_in(ahead[0].phase, ahead[0].family)
             ahead.clear()
 
     def _request(
@@ -815,9 +827,11 @@ class SimulatedEngine:
         """The closed loop's ``index``-th next arrival, drawn ahead if not yet drawn."""
         family = self._spec.family
         while len(self._ahead) <= index:
-            stream = self.workload.stream()
+            if not self._ahead:
+                self._ahead_stream = self.workload.stream()
+                self._ahead_taken = 0
             drawn = self.workload.draw_in(phase, family)
-            self._ahead.append(_Ahead(phase, family, stream, drawn))
+            self._ahead.append(_Ahead(phase, family, drawn))
         ahead = self._ahead[index]
         if ahead.request is None:
             ahead.request = self._request(ahead.drawn, 0.0)
@@ -953,7 +967,7 @@ class SimulatedEngine:
                 self._preempt_lane(planned, lane, slots[lane], step)
             elif step < before:  # an arrival
                 request = self._ahead_request(0, phase)
-                self._ahead.popleft()
+                self._take_ahead()
                 request.arrival = end
                 request.request_id = f"cmpl-{next(self._ids)}"
                 waiting.append(request)

@@ -60,6 +60,10 @@ class EngineMetrics:
         return 1.0 + self.counters["vllm:spec_decode_num_accepted_tokens"] / drafts
 
 
+# Up to this many values, observing them one by one is cheaper than with numpy.
+_FEW = 8
+
+
 class _Histogram:
     __slots__ = ("bounds", "counts", "edges", "total")
 
@@ -75,8 +79,12 @@ class _Histogram:
 
     def observe_each(self, values: npt.NDArray[np.float64]) -> None:
         """Observe every value in order, the sum added up one value after another (as
-        ``observe`` adds them: the same total to the last bit)."""
-        if values.size:
+        ``observe`` adds them: the same total to the last bit); a few, one by one, as numpy
+        calls cost more than they save on so few."""
+        if values.size <= _FEW:
+            for value in values.tolist():
+                self.observe(value)
+        else:
             index = np.searchsorted(self.edges, values, side="left")
             self.counts += np.bincount(index, minlength=self.counts.size)
             self.total = float(np.cumsum(np.concatenate(([self.total], values)))[-1])

@@ -255,25 +255,31 @@ class _Blocks:
                 decodes.step, self._limits.blocks(decodes.context), minlength=self._horizon
             )
             self.held = held.astype(np.int64)
-            self._outgrown(0)
+            self.check(0)
 
     def hold(self, lane: Lane, start: int, count: int, done: int, sign: int = 1) -> None:
         """``lane`` decodes ``count`` steps from ``start`` on, ``done`` decodes past its
-        origin then (``sign`` -1: no longer does)."""
+        origin then (``sign`` -1: no longer does). ``check`` or ``recheck`` then finds where
+        the cache is outgrown, once for all of a step's holds."""
         if self.held is None or count <= 0:
             return
         held = self.held[start : start + count]
         blocks = self._limits.blocks(lane.cum[done : done + count], lane.context)
         if sign > 0:
             held += blocks
-            self._outgrown(start, count)
         else:
             held -= blocks
-            self.outgrown = self._horizon
-            self._outgrown(start)
 
-    def _outgrown(self, start: int, count: int | None = None) -> None:
-        assert self.held is not None
+    def recheck(self, start: int) -> None:
+        """Where the cache is outgrown, found anew from ``start`` on (blocks were let go)."""
+        self.outgrown = self._horizon
+        self.check(start)
+
+    def check(self, start: int, count: int | None = None) -> None:
+        """Note the first of ``count`` steps (all: None) from ``start`` on that outgrows the
+        cache."""
+        if self.held is None:
+            return
         held = self.held[start : None if count is None else start + count]
         if held.size:
             over = held > self._limits.kv_blocks
@@ -360,7 +366,9 @@ class _Planner:
         """As the scheduler: while the running requests outgrow the KV cache, the last
         admitted loses its blocks and goes back to the front of the queue."""
         planned = self.planned
+        victims = False
         while self.alive and self.blocks.over(step):
+            victims = True
             while self.admitted_order[-1] not in self.alive:
                 self.admitted_order.pop()
             victim = self.admitted_order[-1]  # the latest admitted still running
@@ -379,13 +387,15 @@ class _Planner:
             resumed = planned.resumed[victim] = lane.resumed(lane.done + done)
             self.resumed.append(Entrant(context, 0, resumed))
             self.pending.appendleft(-len(self.resumed))
+        if victims:
+            self.blocks.recheck(step)
 
     def admit(self, step: int) -> int | None:
         """Admit at ``step`` as the scheduler would; None where it would chunk a prefill."""
         limits = self.limits
         blocks = self.blocks
         budget = limits.max_batched_tokens - self.in_flight * limits.lookahead
-        taken = needed = 0
+        taken = needed = longest = 0
         self.blocked = False
         while self.pending and taken < self.free_slots and budget > 0:
             entrant = self._entrant(self.pending[0])
@@ -410,7 +420,11 @@ class _Planner:
             self.log.append((step, ADMITTED, len(self.planned.lanes)))
             self._add(lane, step + 1, finish, peak)
             if lane is not None:
-                blocks.hold(lane, step + 1, min(finish + 1, self.horizon) - step - 1, lane.done)
+                count = min(finish + 1, self.horizon) - step - 1
+                blocks.hold(lane, step + 1, count, lane.done)
+                longest = max(longest, count)
+        if longest > 0:
+            blocks.check(step + 1, longest)
         return taken
 
     def finish(self, step: int) -> int:

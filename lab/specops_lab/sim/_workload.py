@@ -238,6 +238,8 @@ class Workload:
             for name, component in spec.components.items()
             if isinstance(component, TraceComponent)
         }
+        # A calibration row's draws are all alike: each is made once, per draft family.
+        self._rows: dict[tuple[str, DraftFamily, int], DrawnRequest] = {}
         phases = spec.phases or (MixPhase(start_s=0.0, weights=dict.fromkeys(self._names, 1.0)),)
         self._starts = [phase.start_s for phase in phases]
         # Generator.choice(p=...) draws one uniform and bisects the normalised cumulative
@@ -283,12 +285,16 @@ class Workload:
         if isinstance(component, TraceComponent):
             traces = self._traces[name]
             row = int(self._rng.integers(len(traces.prompt_len)))
-            return DrawnRequest(
-                prompt_len=int(traces.prompt_len[row]),
-                output_len=int(traces.output_len[row]),
-                trace=traces.traces(family)[row],
-                shared=True,
-            )
+            key = (name, family, row)
+            drawn = self._rows.get(key)
+            if drawn is None:
+                drawn = self._rows[key] = DrawnRequest(
+                    prompt_len=int(traces.prompt_len[row]),
+                    output_len=int(traces.output_len[row]),
+                    trace=traces.traces(family)[row],
+                    shared=True,
+                )
+            return drawn
         output_len = min(component.output_len.draw(self._rng), self.max_trace_len)
         rates = component.network
         if family is DraftFamily.LOOKUP and component.lookup is not None:
