@@ -29,8 +29,6 @@ __all__ = [
 
 # A config file's mapping, read from the path ``--config`` names.
 ReadConfig = Callable[[str], Mapping[str, object]]
-# A long flag's name: what follows ``--`` up to the first dot.
-_NAME = re.compile(r"(?<=--)[^.]*")
 _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY_SUFFIXES = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -180,10 +178,9 @@ def _pull_config(args: list[str], read_config: ReadConfig) -> list[str]:
 
 
 def _dashed(arg: str) -> str:
-    if not arg.startswith("--"):
-        return arg
-    key, equals, value = arg.partition("=")
-    return _NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + equals + value
+    """``arg`` with its flag's name as :func:`flag_key` reads it (the rest as it is)."""
+    key = flag_key(arg)
+    return arg if key is None else key + arg[len(key) :]
 
 
 def _fold_dotted(args: list[str]) -> list[str]:
