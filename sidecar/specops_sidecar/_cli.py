@@ -21,6 +21,7 @@ from specops.observation import (
     WindowedObserver,
 )
 from specops.profiles import get_profile, profile_names
+from specops.vllm import SpeculativeConfig
 from specops_sidecar._http import aiohttp_get
 from specops_sidecar._server import build_app
 
@@ -121,6 +122,14 @@ def _matchers(pairs: tuple[str, ...], namespace: str, pod: str) -> dict[str, str
     type=click.FloatRange(0.0),
     help="Typical context tokens per running request, for the cost model.",
 )
+@click.option(
+    "--speculative-config",
+    "speculative_config",
+    default=None,
+    help="vLLM's --speculative-config as the engine was started with; needed when it sets "
+    "num_speculative_tokens_per_batch_size, so acceptance is corrected for the drafts the "
+    "table cuts short.",
+)
 @click.option("--max-k", default=8, show_default=True, type=click.IntRange(1, 32))
 @click.option("--log-level", default="INFO", show_default=True)
 def sidecar(
@@ -140,6 +149,7 @@ def sidecar(
     profile: str | None,
     method: str,
     context_tokens: float,
+    speculative_config: str | None,
     max_k: int,
     log_level: str,
 ) -> None:
@@ -160,6 +170,9 @@ def sidecar(
             method=method,
             context_tokens_per_request=context_tokens,
             cost_model=get_profile(profile).cost_model(method) if profile else None,
+            speculation=SpeculativeConfig.from_json(speculative_config).in_force()
+            if speculative_config
+            else None,
         )
     except (ValueError, SpecopsError) as exc:
         raise click.UsageError(str(exc)) from exc

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from specops.control._decide import ControlInput
 from specops.observation import (
+    AcceptanceObservation,
     CostPointObservation,
     DistributionObservation,
     EstimateStatus,
@@ -103,6 +104,14 @@ def _context_tokens(
 def _decoding(point: CostPointObservation) -> float:
     """The requests decoding per step; the running ones where the counters gave none."""
     return point.decoding if point.decoding > 0 else point.batch
+
+
+def _accepted_counts(acceptance: AcceptanceObservation) -> Sequence[float]:
+    """The window's accepted tokens per position, as the engine counted them: a sidecar
+    older than the raw counts sent only the shares over all drafts, which are the same."""
+    if acceptance.accepted_per_position:
+        return acceptance.accepted_per_position
+    return [rate * acceptance.drafts for rate in acceptance.per_position]
 
 
 def _drafting_share(point: CostPointObservation) -> float:
@@ -259,9 +268,10 @@ def service_window(
         for w in windows
         if w.acceptance.status is EstimateStatus.OK and w.acceptance.drafts > 0
     ]
-    positions = min((len(a.per_position) for a in measured), default=0)
+    counts = [_accepted_counts(a) for a in measured]
+    positions = min((len(c) for c in counts), default=0)
     drafts = sum(a.drafts for a in measured) if positions else 0.0
-    accepted = tuple(sum(a.per_position[i] * a.drafts for a in measured) for i in range(positions))
+    accepted = tuple(sum(c[i] for c in counts) for i in range(positions))
     context = _context_tokens(windows, kv_capacity_tokens, default_context_tokens)
     control_input = ControlInput(
         window_end=min(p.latest_reading_at or p.observed_at for p, _ in used),

@@ -208,8 +208,15 @@ def overview() -> db.Dashboard:
         .with_panel(
             timeseries_panel(
                 "Acceptance per draft position",
-                "Fraction of drafts whose i-th token was accepted. It falls with the position.",
-                [Query(q.per_position_acceptance(SELECTOR, RATE), "position {{position}}")],
+                "Fraction of drafts whose i-th token was accepted, over the drafts that "
+                "proposed one there: the sidecar's 5-minute estimate, corrected for the drafts "
+                "a per-batch-size table cuts short. It falls with the position.",
+                [
+                    Query(
+                        f'avg by (position) ({q.SIDECAR_PER_POSITION}{{{SELECTOR},window="300s"}})',
+                        "position {{position}}",
+                    )
+                ],
                 unit="percentunit",
                 minimum=0,
             )

@@ -33,11 +33,11 @@ __all__ = [
     "SIDECAR_CROSSOVER",
     "SIDECAR_ESTIMATE_OK",
     "SIDECAR_METRICS_AGE",
+    "SIDECAR_PER_POSITION",
     "SIDECAR_PREDICTED_SPEEDUP",
     "SIDECAR_PREDICTED_TPOT",
     "SIDECAR_RECOMMENDED_K",
     "VLLM_ACCEPTED",
-    "VLLM_ACCEPTED_PER_POS",
     "VLLM_DRAFTS",
     "VLLM_GENERATION_TOKENS",
     "VLLM_ITL",
@@ -50,14 +50,12 @@ __all__ = [
     "counted",
     "histogram_mean",
     "histogram_quantile",
-    "per_position_acceptance",
     "rate_sum",
     "series",
 ]
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_RUNNING = "vllm:num_requests_running"
 VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
@@ -67,6 +65,7 @@ VLLM_ITL = "vllm:inter_token_latency_seconds"
 
 # The sidecar's estimates (labels namespace, pod, service; windowed ones also ``window``).
 SIDECAR_ACCEPTANCE_LENGTH = "specops_acceptance_length"
+SIDECAR_PER_POSITION = "specops_acceptance_per_position_ratio"
 SIDECAR_CONFIGURED_K = "specops_configured_k"
 SIDECAR_RECOMMENDED_K = "specops_recommended_k"
 SIDECAR_PREDICTED_SPEEDUP = "specops_predicted_speedup"
@@ -129,13 +128,6 @@ def acceptance_length(selector: str, window: str, by: Sequence[str] = ()) -> str
     accepted = rate_sum(VLLM_ACCEPTED, selector, window, by)
     drafts = rate_sum(VLLM_DRAFTS, selector, window, by)
     return f"1 + {accepted} / {drafts}"
-
-
-def per_position_acceptance(selector: str, window: str, by: Sequence[str] = ()) -> str:
-    """Fraction of drafts whose i-th token was accepted, one series per ``position``."""
-    accepted = rate_sum(VLLM_ACCEPTED_PER_POS, selector, window, (*by, "position"))
-    drafts = rate_sum(VLLM_DRAFTS, selector, window, by)
-    return f"{accepted} / ignoring (position) group_left {drafts}"
 
 
 def histogram_quantile(

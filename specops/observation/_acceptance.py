@@ -8,6 +8,12 @@ method. Past the measured positions the chain continues with the last conditiona
 (the curve's geometric tail), whose error therefore grows with k. The proportions used
 for the errors are smoothed by half a draft each way, so a handful of all-accepted
 drafts does not claim zero error; every error shrinks as 1 / sqrt(drafts).
+
+Under a per-batch-size table some drafts stop short of the cap, yet every draft counts in
+``num_drafts``. With ``reach`` (the share of drafts that proposed position i, from the
+table and the load: :func:`specops.policy.draft_reach`) each position is divided by the
+drafts that reached it, the one correction the controller makes too; a position no draft
+reached is not measured, and E(k) past the reached ones is extrapolated.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specops.policy import AcceptanceCurve
+from specops.policy import AcceptanceCurve, acceptance_from_counters
 
 __all__ = [
     "AcceptanceEstimate",
@@ -77,18 +83,28 @@ def _gradient(conditional: Sequence[float], k: int) -> list[float]:
 
 
 def estimate_acceptance(
-    drafts: float, accepted_per_position: Sequence[float], max_k: int
+    drafts: float,
+    accepted_per_position: Sequence[float],
+    max_k: int,
+    reach: Sequence[float] | None = None,
 ) -> AcceptanceEstimate:
-    """E(0..max_k) from ``drafts`` and the accepted count at each draft position.
+    """E(0..max_k) from ``drafts`` and the accepted count at each draft position;
+    ``reach`` corrects for drafts a per-batch-size table cut short (None: every draft
+    proposed every position).
 
     Raises ValueError when there were no drafts or no positions: acceptance is unknown.
     """
     if not accepted_per_position:
         raise ValueError("no per-position acceptance counters")
-    curve = AcceptanceCurve.from_counters(drafts, accepted_per_position)
+    if reach is None:
+        reach = [1.0] * len(accepted_per_position)
+    curve = acceptance_from_counters(drafts, accepted_per_position, reach)
     m = curve.measured_positions
     conditional = _conditional_rates(curve)
-    reached = [drafts] + [rate * drafts for rate in curve.rates[:-1]]
+    # The drafts that reached position j with token j-1 accepted: the trials of c_j.
+    reached = [drafts * reach[0]] + [
+        rate * drafts * share for rate, share in zip(curve.rates[:-1], reach[1:m], strict=True)
+    ]
     variances = []
     for c, trials in zip(conditional, reached, strict=True):
         smoothed = (c * trials + 0.5) / (trials + 1.0)

@@ -64,7 +64,15 @@ class AcceptanceObservation(_Estimate):
         None, description="accepted / draft tokens, vLLM's 'acceptance rate' (not alpha)."
     )
     per_position: list[float] = Field(
-        default_factory=list, description="a_i: fraction of drafts whose i-th token was accepted."
+        default_factory=list,
+        description="a_i: fraction of drafts whose i-th token was accepted, over the drafts "
+        "that proposed a token there (a per-batch-size table's short drafts corrected for); "
+        "positions no draft reached are left out.",
+    )
+    accepted_per_position: list[float] = Field(
+        default_factory=list,
+        description="Accepted tokens at each draft position over the window: the engine's "
+        "counter, uncorrected (empty from sidecars older than this field).",
     )
     expected_tokens: list[ExpectedTokensObservation] = Field(default_factory=list)
 

@@ -56,7 +56,9 @@ from specops.policy import (
     SpecConfig,
     SpeedModel,
     StepCostModel,
+    StepShape,
     choose,
+    draft_reach,
     predict,
 )
 from specops.vllm import table_applies
@@ -79,6 +81,9 @@ class ObserverConfig:
     ``pod`` is None when the readings are a whole service's (its pods' series in
     Prometheus, read at once). ``cost_model`` is the performance profile's step-cost model
     for the running method; without it there is no step-time fit and no prediction.
+    ``speculation`` is the config vLLM was started with, needed when it holds a
+    per-batch-size table: its short drafts are then corrected for, each position divided
+    by the drafts that reached it (with no cost model, steps are taken as equally long).
     """
 
     namespace: str
@@ -92,6 +97,7 @@ class ObserverConfig:
     method: str = "eagle3"
     context_tokens_per_request: float = 1024.0
     cost_model: StepCostModel | None = None
+    speculation: SpecConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.windows_s or min(self.windows_s) <= 0:
@@ -117,8 +123,35 @@ def _rate(intervals: Sequence[Interval], counter: Counter) -> float | None:
     return total[0] / total[1] if total is not None and total[1] > 0 else None
 
 
+class _EqualSteps:
+    """Every step equally long: the draft rate at batch B is then proportional to B."""
+
+    def step_time(self, shape: StepShape) -> float:
+        return 1.0
+
+
+def _reach(
+    config: ObserverConfig, running: Sequence[float], cost: StepCostModel | None
+) -> tuple[float, ...] | None:
+    """The share of drafts that reached each position, when a table cut some short."""
+    speculation = config.speculation
+    busy = [round(b) for b in running if round(b) > 0]
+    if speculation is None or not speculation.per_batch_size or not busy:
+        return None
+    return draft_reach(
+        speculation,
+        BatchDistribution.from_samples(busy),
+        cost if cost is not None else _EqualSteps(),
+        config.context_tokens_per_request,
+    )
+
+
 def _acceptance(
-    intervals: Sequence[Interval], positions: int, max_k: int, status: EstimateStatus
+    intervals: Sequence[Interval],
+    positions: int,
+    max_k: int,
+    status: EstimateStatus,
+    reach: Sequence[float] | None,
 ) -> tuple[AcceptanceObservation, AcceptanceCurve | None]:
     usable = [
         i
@@ -133,7 +166,12 @@ def _acceptance(
         reason = "no drafts in the window (idle, or every batch above the drafting range)"
         return AcceptanceObservation(status=_UNKNOWN, reason=reason, drafts=0.0), None
     accepted = [sum(i.accepted_per_position[p] for i in usable) for p in range(positions)]
-    estimate = estimate_acceptance(drafts, accepted, max_k)
+    if reach is not None and len(reach) != positions:
+        reach = None  # the counters are of another k than the config given: take them as is
+    try:
+        estimate = estimate_acceptance(drafts, accepted, max_k, reach)
+    except ValueError as exc:
+        return AcceptanceObservation(status=_UNKNOWN, reason=str(exc), drafts=drafts), None
     total_accepted = [i.counters.get(Counter.ACCEPTED_TOKENS) for i in usable]
     draft_tokens = [i.counters.get(Counter.DRAFT_TOKENS) for i in usable]
     mean_length = rate = None
@@ -150,6 +188,7 @@ def _acceptance(
         mean_acceptance_length=mean_length,
         acceptance_rate=rate,
         per_position=list(estimate.curve.rates),
+        accepted_per_position=accepted,
         expected_tokens=[
             ExpectedTokensObservation(k=e.k, tokens=e.value, stderr=e.stderr, measured=e.measured)
             for e in estimate.expected
@@ -350,8 +389,15 @@ def _window(
             (),
             None,
         )
-    acceptance, curve = _acceptance(intervals, positions, config.max_k, status)
     cost, fit = _cost(intervals, prior, status)
+    running = _per_engine(inside, Gauge.RUNNING)
+    priced = (
+        _priced(config.cost_model, prior, fit)
+        if config.cost_model is not None and prior is not None
+        else None
+    )
+    reach = _reach(config, running, priced)
+    acceptance, curve = _acceptance(intervals, positions, config.max_k, status, reach)
     observation = WindowObservation(
         window_seconds=length,
         covered_seconds=inside[-1].timestamp - inside[0].timestamp,
@@ -362,7 +408,12 @@ def _window(
         cost=cost,
         outcome=_outcome(intervals, status),
     )
-    return _Window(observation, curve, _per_engine(inside, Gauge.RUNNING), fit)
+    return _Window(observation, curve, running, fit)
+
+
+def _priced(model: StepCostModel, prior: StepTimePrior, fit: StepTimeFit | None) -> StepCostModel:
+    """The cost model the window's predictions use: the profile's, moved by the fit."""
+    return adjusted_cost_model(model, prior, fit) if fit is not None else model
 
 
 def _prediction(
@@ -383,11 +434,7 @@ def _prediction(
             status=_UNKNOWN, reason=f"no running requests in the last {length:g}s"
         )
     load = BatchDistribution.from_samples(busy)
-    cost = (
-        adjusted_cost_model(config.cost_model, prior, window.fit)
-        if window.fit is not None
-        else config.cost_model
-    )
+    cost = _priced(config.cost_model, prior, window.fit)
     choice = choose(
         PolicyInput(
             acceptance=window.curve,
@@ -395,7 +442,7 @@ def _prediction(
             load=load,
             cost=cost,
             context_tokens=config.context_tokens_per_request,
-            current=SpecConfig.static(configured_k or 0),
+            current=config.speculation or SpecConfig.static(configured_k or 0),
             k_max=config.max_k,
             max_batch=config.max_batch,
             per_batch_size=table_applies(config.method),

@@ -230,8 +230,15 @@ def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | No
 
 
 def _sidecar_container(
-    name: str, namespace: str, spec: SpeculativeServiceSpec, options: RenderOptions
+    name: str,
+    namespace: str,
+    spec: SpeculativeServiceSpec,
+    options: RenderOptions,
+    table_config: str | None,
 ) -> Obj:
+    """The sidecar; ``table_config`` is the engine's --speculative-config when it holds a
+    per-batch-size table, which the sidecar's acceptance must correct for (passed only
+    then, so a service without a table keeps its pod template)."""
     args = [
         "--engine-url",
         f"http://127.0.0.1:{ENGINE_PORT}",
@@ -255,6 +262,8 @@ def _sidecar_container(
     profile = performance_profile(spec)
     if profile is not None:
         args += ["--profile", profile.name]
+    if table_config is not None:
+        args += ["--speculative-config", table_config]
     return {
         "name": "specops-sidecar",
         "image": options.sidecar_image,
@@ -310,7 +319,13 @@ def render_deployment(
     pod_spec: Obj = {
         "containers": [
             _engine_container(spec, speculative_config),
-            _sidecar_container(name, namespace, spec, options),
+            _sidecar_container(
+                name,
+                namespace,
+                spec,
+                options,
+                speculative_config if speculation.per_batch_size else None,
+            ),
         ],
         "terminationGracePeriodSeconds": spec.engine.termination_grace_period_seconds,
         "volumes": _volumes(spec),

@@ -15,6 +15,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specops.errors import SpecValidationError
+from specops.policy import SpecConfig
 
 __all__ = [
     "DEPRECATED_MTP_METHODS",
@@ -188,6 +189,16 @@ class SpeculativeConfig(BaseModel):
         if self.method is None:
             return "ngram" if self.model in ("ngram", "[ngram]") else "draft_model"
         return "mtp" if self.method in DEPRECATED_MTP_METHODS else self.method
+
+    def in_force(self) -> SpecConfig:
+        """The k and table this config runs (``num_speculative_tokens`` must be set)."""
+        k = self.num_speculative_tokens
+        if k is None:
+            raise SpecValidationError(
+                "--speculative-config: num_speculative_tokens must be given to know the k in force"
+            )
+        table = self.num_speculative_tokens_per_batch_size
+        return SpecConfig.table(table, cap=k) if table else SpecConfig.static(k)
 
     def to_json(self) -> str:
         """Compact JSON for ``--speculative-config``, unset keys left out."""

@@ -211,3 +211,16 @@ def test_steps_count_as_drafting_by_the_requests_that_decoded_not_those_running(
     points = _window([pod]).control_input.cost_points
     assert [p.speculating for p in points] == pytest.approx([1.0, 0.0, 0.6])
     assert [p.positions for p in points] == pytest.approx([3.0, 0.0, 1.8])
+
+
+def test_the_engines_counts_are_summed_not_a_sidecars_corrected_shares() -> None:
+    # Under a table a sidecar divides each position by the drafts that reached it; the
+    # controller makes that correction itself, from the engine's counts, once.
+    pod = pod_observation("a", at=NOW, running=[20] * 30, alpha=0.8, drafts=10_000)
+    window = pod.windows[0]
+    corrected = window.acceptance.model_copy(
+        update={"per_position": [0.8, 0.64, 0.512], "accepted_per_position": [8000, 2560, 2048]}
+    )
+    pod = pod.model_copy(update={"windows": [window.model_copy(update={"acceptance": corrected})]})
+    observation = _window([pod]).control_input
+    assert observation.accepted_per_position == (8000, 2560, 2048)

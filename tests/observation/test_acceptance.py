@@ -90,3 +90,22 @@ def test_matches_the_policy_curve_everywhere() -> None:
 def test_no_positions_is_an_error() -> None:
     with pytest.raises(ValueError, match="per-position"):
         estimate_acceptance(10, [], max_k=3)
+
+
+def test_a_tables_short_drafts_count_only_where_they_reached() -> None:
+    # 10000 drafts, 40 % of them (small batches) drafting 3 positions, the rest 1.
+    reach = [1.0, 0.4, 0.4]
+    accepted = [8000.0, 0.4 * 10_000 * 0.56, 0.4 * 10_000 * 0.34]
+    corrected = estimate_acceptance(10_000, accepted, 3, reach)
+    assert corrected.curve.rates == pytest.approx((0.80, 0.56, 0.34))
+    plain = estimate_acceptance(10_000, accepted, 3)
+    assert plain.curve.rates == pytest.approx((0.80, 0.224, 0.136))
+    # Fewer drafts reached the later positions: their error is the larger for it.
+    assert corrected.expected[3].stderr > plain.expected[3].stderr
+
+
+def test_positions_no_draft_reached_are_not_measured() -> None:
+    # Every batch above 16 under [[1, 16, 3], [17, 64, 1]]: only position 0 drafted.
+    estimate = estimate_acceptance(10_000, [8000.0, 0.0, 0.0], 3, [1.0, 0.0, 0.0])
+    assert estimate.curve.rates == (0.8,)
+    assert [e.measured for e in estimate.expected] == [True, True, False, False]

@@ -32,6 +32,7 @@ from specops.observation import (
 )
 from specops.policy import StepShape
 from specops.profiles import get_profile
+from specops.vllm import SpeculativeConfig
 
 CONDITIONAL = (0.85, 0.75, 0.7)  # the last rate repeats past position 2
 K = 3
@@ -138,3 +139,78 @@ def test_fit_moves_from_a_wrong_prior_to_the_measured_step_time(run: Run) -> Non
     assert abs(prior_at_n - truth) / truth > 0.2
     assert fitted_at_n == pytest.approx(truth, rel=0.05)
     assert fitted_at_n == pytest.approx(cost.step_seconds, rel=0.02)
+
+
+TABLE = "[[1, 16, 3], [17, 64, 1]]"
+
+
+@pytest.fixture(scope="module")
+def table_run() -> list[Snapshot]:
+    """A per-batch-size table drafting 3 up to batch 16 and 1 above, under a load that
+    moves between 8 and 24 running requests every 30 s; read every 5 s for 300 s."""
+    spec = WorkloadSpec(
+        name="fixed",
+        components={
+            "only": ParametricComponent(
+                network=CONDITIONAL,
+                prompt_len=LengthDistribution(mean=200),
+                output_len=LengthDistribution(mean=300),
+            )
+        },
+    )
+    config = EngineConfig(
+        served_model_name="m",
+        speculative=parse_speculative_config(
+            f'{{"method": "eagle", "model": "d", "num_speculative_tokens": {K}, '
+            f'"num_speculative_tokens_per_batch_size": {TABLE}}}'
+        ),
+    )
+    engine = SimulatedEngine(Workload(spec, seed=2), config, truth=load_truth("additive-8b-h100"))
+    snapshots: list[Snapshot] = []
+    next_reading = 0.0
+    in_flight = 0
+    while engine.now < 300.0:
+        wanted = 8 if int(engine.now // 30) % 2 == 0 else 24
+        while in_flight < wanted:
+            engine.add_request()
+            in_flight += 1
+        if engine.now >= next_reading:
+            page = render_metrics(engine.metrics(), "m", speculative=True).decode()
+            snapshots.append(snapshot_from_reading(parse_exposition(page, engine.now)))
+            next_reading += 5.0
+        in_flight -= len(engine.step().finished)
+    return snapshots
+
+
+def table_acceptance(snapshots: list[Snapshot], speculation: str | None) -> PodObservation:
+    config = ObserverConfig(
+        namespace="ns",
+        pod="p",
+        service="s",
+        windows_s=(300.0,),
+        prediction_window_s=300.0,
+        cost_model=PROFILE.cost_model("eagle"),
+        context_tokens_per_request=350.0,
+        method="eagle",
+        speculation=SpeculativeConfig.from_json(speculation).in_force() if speculation else None,
+    )
+    return observe(snapshots, snapshots[-1].timestamp, config, SOURCE)
+
+
+def test_a_tables_short_drafts_are_corrected_for_with_the_config_in_force(
+    table_run: list[Snapshot],
+) -> None:
+    truth = [true_expected(i + 1) - true_expected(i) for i in range(K)]
+    raw = table_acceptance(table_run, None).windows[0].acceptance
+    speculative = f'{{"method": "eagle", "model": "d", "num_speculative_tokens": {K}, '
+    speculative += f'"num_speculative_tokens_per_batch_size": {TABLE}}}'
+    corrected = table_acceptance(table_run, speculative).windows[0].acceptance
+    assert raw.per_position[0] == pytest.approx(truth[0], rel=0.03)
+    # Read over all drafts, the positions only small batches draft look far worse.
+    assert raw.per_position[1] < 0.8 * truth[1] and raw.per_position[2] < 0.8 * truth[2]
+    assert corrected.per_position == pytest.approx(truth, rel=0.06)
+    assert corrected.accepted_per_position == raw.accepted_per_position
+    e3 = corrected.expected_tokens[K]
+    assert e3.measured and abs(e3.tokens - true_expected(K)) <= 3 * e3.stderr + 0.02
+    prediction = table_acceptance(table_run, speculative).prediction
+    assert prediction.candidates[K].expected_tokens == pytest.approx(true_expected(K), rel=0.03)

@@ -177,6 +177,21 @@ def test_per_batch_size_schedule_and_ngram_keys_reach_vllm() -> None:
     assert config.num_speculative_tokens == 4
 
 
+def test_the_sidecar_gets_the_engines_config_only_when_it_holds_a_table() -> None:
+    def sidecar_args(speculation: SpecConfig) -> list[str]:
+        containers = _render(SPEC, speculation)[0]["spec"]["template"]["spec"]["containers"]
+        return list(containers[1]["args"])
+
+    assert "--speculative-config" not in sidecar_args(SpecConfig.static(3))
+    table = SpecConfig.table([[1, 16, 3], [17, 256, 1]])
+    objects = _render(SPEC, table)
+    engine_args = _args(objects)
+    given = sidecar_args(table)
+    engine_config = engine_args[engine_args.index("--speculative-config") + 1]
+    assert given[given.index("--speculative-config") + 1] == engine_config
+    assert SpeculativeConfig.from_json(engine_config).in_force() == table
+
+
 def test_prometheus_source_and_pod_monitor() -> None:
     spec = copy.deepcopy(SPEC)
     spec["metrics"] = {"source": "Prometheus", "prometheusUrl": "http://prom:9090"}
