@@ -136,23 +136,6 @@ class LaneSteps:
             origin=np.repeat(np.asarray([ln.context for _, ln, _, _ in spans]), counts),
         )
 
-    def columns(self) -> tuple[Counts, ...]:
-        return (self.lane, self.step, self.low, self.high, self.remaining, self.origin)
-
-    def before(self, steps: int) -> LaneSteps:
-        return self.where(self.step < steps)
-
-    def where(self, keep: npt.NDArray[np.bool_]) -> LaneSteps:
-        if keep.all():  # often so, and far cheaper than copying every column
-            return self
-        return LaneSteps(*(column[keep] for column in self.columns()))
-
-    def join(self, other: LaneSteps) -> LaneSteps:
-        if not other.lane.size:
-            return self
-        pairs = zip(self.columns(), other.columns(), strict=True)
-        return LaneSteps(*(np.concatenate(pair) for pair in pairs))
-
     @property
     def context(self) -> Counts:
         return self.origin + self.low
@@ -186,38 +169,23 @@ class Plan:
     resumed: dict[int, Lane | None]
     admitted: list[tuple[int, Entrant]]
     log: list[tuple[int, int, int]]
-    running: LaneSteps
-    """The decodes of the running lanes up to the horizon, preemptions not yet applied."""
 
     def decodes(self, lane: int, steps: int) -> int:
         """How many of steps ``0 .. steps - 1`` the lane decodes in."""
         last = self.finishes[lane] + 1
         return min(last, self.preempted.get(lane, last), steps) - self.starts[lane]
 
-    def spans(self, steps: int, first: int = 0) -> list[tuple[int, Lane, int, int]]:
-        """(lane id, lane, first step, decodes) of every lane from ``first`` on that decodes
-        before ``steps``."""
+    def all_decodes(self, steps: int) -> LaneSteps:
+        """Every decode before ``steps``, lane by lane (the running lanes', then the admitted
+        lanes'), each lane's cut where it finishes or is preempted. Gathered afresh for the
+        steps asked: far cheaper than filtering the decodes of more steps."""
         spans = []
-        for index, lane in enumerate(self.lanes[first:], start=first):
+        for index, lane in enumerate(self.lanes):
             if lane is not None:
                 count = self.decodes(index, steps)
                 if count > 0:
                     spans.append((index, lane, self.starts[index], count))
-        return spans
-
-    def all_decodes(self, steps: int) -> LaneSteps:
-        """Every decode before ``steps``: the running lanes' (but for preempted steps), then
-        the admitted lanes'."""
-        running = self.running
-        if self.preempted:
-            stop = np.full(len(self.lanes), steps, dtype=np.int64)
-            for lane, step in self.preempted.items():
-                stop[lane] = min(step, steps)
-            running = running.where(running.step < stop[running.lane])
-        else:
-            running = running.before(steps)
-        first = len(self.lanes) - len(self.admitted)
-        return running.join(LaneSteps.of(self.spans(steps, first)))
+        return LaneSteps.of(spans)
 
 
 class _Blocks:
@@ -324,13 +292,7 @@ class _Planner:
         running_lanes = requests.running_lanes(k + 1)
         lanes: list[Lane | None] = list(running_lanes)
         finishes = [lane.steps - lane.done - 1 for lane in running_lanes]
-        spans = [
-            (i, lane, 0, min(finish + 1, horizon))
-            for i, (lane, finish) in enumerate(zip(running_lanes, finishes, strict=True))
-        ]
-        self.planned = Plan(
-            k, horizon, lanes, [0] * len(lanes), finishes, {}, {}, [], [], LaneSteps.of(spans)
-        )
+        self.planned = Plan(k, horizon, lanes, [0] * len(lanes), finishes, {}, {}, [], [])
         self.log = self.planned.log
         self.blocks = _Blocks(limits, horizon)
         # The running lanes as _add adds them, all at once (lane ids break ties in the heap).
@@ -659,7 +621,8 @@ def price(
         1 + int(np.searchsorted(ends[:-1], until, side="left")),
         1 + int(np.searchsorted(ends, phase_end, side="left")),
     )
-    decodes = decodes.before(committed)
+    if committed < steps:
+        decodes = planned.all_decodes(committed)
     last = decodes.step == committed - 1
     held = int(limits.blocks(decodes.origin[last] + decodes.low[last]).sum())
     kv_blocks = held + int(limits.blocks(chunks[admitted_at == committed - 1]).sum())
