@@ -29,14 +29,13 @@ import pydantic
 from specops.api import SpeculativeServiceSpec
 from specops.errors import MetricsError
 from specops.observation import (
-    MAX_ANSWER_BYTES,
     HttpGet,
     ObserverConfig,
     PodObservation,
     PrometheusSource,
     WindowedObserver,
-    too_large,
 )
+from specops.observation.httpx_get import httpx_get
 from specops.render import SIDECAR_PORT
 
 __all__ = [
@@ -46,32 +45,10 @@ __all__ = [
     "PodTarget",
     "PrometheusServiceSource",
     "SidecarSource",
-    "httpx_get",
     "prometheus_allowed",
     "ready_pods",
     "refused_prometheus",
 ]
-
-
-def httpx_get(client: httpx.AsyncClient) -> HttpGet:
-    """GET through ``client``: the status and body, or a MetricsError when the server cannot
-    be read (httpx answers a redirect as it is, as the sidecar's aiohttp GET does)."""
-
-    async def get(url: str, params: Mapping[str, str] | None = None) -> tuple[int, str]:
-        try:
-            async with client.stream("GET", url, params=params) as answer:
-                body = bytearray()
-                async for chunk in answer.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
-                        raise too_large(url)
-                return answer.status_code, body.decode(answer.encoding or "utf-8", "replace")
-        except httpx.TimeoutException as exc:
-            raise MetricsError(f"timed out reading {url}: {exc!r}") from exc
-        except httpx.HTTPError as exc:
-            raise MetricsError(f"cannot reach {url}: {exc!r}") from exc
-
-    return get
 
 
 @dataclass(frozen=True)

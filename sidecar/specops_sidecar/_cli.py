@@ -19,6 +19,7 @@ from specops.observation import (
     ObserverConfig,
     PrometheusSource,
     WindowedObserver,
+    label_matchers,
 )
 from specops.profiles import get_profile, profile_names
 from specops.vllm import SpeculativeConfig
@@ -30,16 +31,15 @@ __all__ = ["sidecar"]
 log = logging.getLogger("specops.sidecar")
 
 
-def _matchers(pairs: tuple[str, ...], namespace: str, pod: str) -> dict[str, str]:
+def _matchers(
+    pairs: tuple[str, ...], namespace: str, pod: str
+) -> dict[str, str] | tuple[tuple[str, str, str], ...]:
     if not pairs:
         return {"namespace": namespace, "pod": pod}
-    matchers: dict[str, str] = {}
-    for pair in pairs:
-        label, sep, value = pair.partition("=")
-        if not sep or not label:
-            raise click.BadParameter(f"{pair!r} is not label=value", param_hint="--match")
-        matchers[label] = value
-    return matchers
+    try:
+        return label_matchers(pairs)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--match") from exc
 
 
 @click.command("sidecar")
@@ -66,7 +66,7 @@ def _matchers(pairs: tuple[str, ...], namespace: str, pod: str) -> dict[str, str
     "match_pairs",
     multiple=True,
     metavar="LABEL=VALUE",
-    help="Prometheus label matchers (repeat); default namespace and pod.",
+    help="Prometheus label matchers (repeat; =, !=, =~ or !~); default namespace and pod.",
 )
 @click.option("--namespace", envvar="POD_NAMESPACE", default="default", show_default=True)
 @click.option("--pod", envvar="POD_NAME", default=socket.gethostname(), show_default=True)

@@ -14,6 +14,7 @@ from specops import __version__
 # Each entry is "module:attribute" naming a click command or group added to `specops`.
 # Imported lazily so that `specops crd` does not pay for the simulated engine's imports.
 _SUBCOMMANDS: dict[str, str] = {
+    "advise": "specops.advise._cli:advise_command",
     "crd": "specops.cli._crd:crd",
     "bench": "specops_lab.bench._cli:bench",
     "sim": "specops_lab.sim._cli:sim",

@@ -43,6 +43,7 @@ from specops.observation._outcome import LatencyQuantiles, histogram_quantile, l
 from specops.observation._series import (
     Reading,
     Series,
+    label_matchers,
     parse_exposition,
     parse_prometheus_matrix,
     prometheus_selector,
@@ -115,6 +116,7 @@ __all__ = [
     "histogram_quantile",
     "interval_between",
     "intervals_of",
+    "label_matchers",
     "latency_quantiles",
     "observe",
     "parse_exposition",

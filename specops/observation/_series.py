@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from specops.observation._names import SAMPLE_NAMES
 __all__ = [
     "Reading",
     "Series",
+    "label_matchers",
     "parse_exposition",
     "parse_prometheus_matrix",
     "prometheus_selector",
@@ -75,13 +77,46 @@ def parse_exposition(text: str, timestamp: float) -> Reading:
     return Reading(timestamp=timestamp, series=series)
 
 
-def prometheus_selector(matchers: Mapping[str, str]) -> str:
-    """A PromQL selector for the series the estimators read, with the given labels (escaped)."""
+_MATCH_OPERATORS = ("=~", "!~", "!=", "=")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def label_matchers(pairs: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    """``label=value``, ``label!=value``, ``label=~regex`` or ``label!~regex``, as PromQL
+    writes them (no quotes), parsed to (label, operator, value)."""
+    parsed = []
+    for pair in pairs:
+        # The first operator in the text, the longer one where two start there ("=~").
+        found = min(
+            ((pair.find(op), op) for op in _MATCH_OPERATORS if pair.find(op) > 0),
+            key=lambda position: (position[0], -len(position[1])),
+            default=None,
+        )
+        if found is None or not _LABEL.fullmatch(pair[: found[0]]):
+            raise ValueError(
+                f"{pair!r} is not a label matcher: write label=value, label!=value, "
+                "label=~regex or label!~regex"
+            )
+        at, op = found
+        parsed.append((pair[:at], op, pair[at + len(op) :]))
+    return tuple(parsed)
+
+
+def prometheus_selector(
+    matchers: Mapping[str, str] | Sequence[tuple[str, str, str]],
+) -> str:
+    """A PromQL selector for the series the estimators read, with the given labels (escaped):
+    a mapping of label to value, or (label, operator, value) from :func:`label_matchers`."""
     names = "|".join(sorted(SAMPLE_NAMES))
     parts = [f'__name__=~"{names}"']
-    for label, value in sorted(matchers.items()):
+    triples = (
+        [(label, "=", value) for label, value in matchers.items()]
+        if isinstance(matchers, Mapping)
+        else list(matchers)
+    )
+    for label, op, value in sorted(triples):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-        parts.append(f'{label}="{escaped}"')
+        parts.append(f'{label}{op}"{escaped}"')
     return "{" + ",".join(parts) + "}"
 
 

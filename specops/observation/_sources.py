@@ -110,7 +110,7 @@ class PrometheusSource:
     def __init__(
         self,
         prometheus_url: str,
-        matchers: Mapping[str, str],
+        matchers: Mapping[str, str] | Sequence[tuple[str, str, str]],
         get: HttpGet,
         lookback_s: float = 60.0,
         history_s: float = 0.0,

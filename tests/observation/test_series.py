@@ -9,6 +9,7 @@ from specops.errors import MetricsError
 from specops.observation import (
     cost_point,
     interval_between,
+    label_matchers,
     parse_exposition,
     parse_prometheus_matrix,
     prometheus_selector,
@@ -62,6 +63,22 @@ def test_selector_escapes_label_values() -> None:
     assert selector.startswith('{__name__=~"')
     assert 'namespace="ns",pod="a\\"b"}' in selector
     assert "vllm:spec_decode_num_drafts_total" in selector
+
+
+def test_label_matchers_are_read_as_promql_writes_them() -> None:
+    matchers = label_matchers(["namespace=ml", "pod=~llama-.*", "a!=b", "c!~d.*", "x=y=z"])
+    assert matchers == (
+        ("namespace", "=", "ml"),
+        ("pod", "=~", "llama-.*"),
+        ("a", "!=", "b"),
+        ("c", "!~", "d.*"),
+        ("x", "=", "y=z"),
+    )
+    selector = prometheus_selector(matchers)
+    assert selector.endswith(',a!="b",c!~"d.*",namespace="ml",pod=~"llama-.*",x="y=z"}')
+    for bad in ("pod", "=ml", "1pod=a"):
+        with pytest.raises(ValueError, match="is not a label matcher: write label=value"):
+            label_matchers([bad])
 
 
 def _matrix(*results: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, object]:

@@ -15,12 +15,12 @@ from specops_operator._fetch import (
     PodTarget,
     PrometheusServiceSource,
     SidecarSource,
-    httpx_get,
     prometheus_allowed,
     ready_pods,
 )
 
 from specops.api import SpeculativeServiceSpec, parse_service
+from specops.observation.httpx_get import httpx_get
 from specops.render import apply_defaults
 from tests.control.observations import pod_observation
 

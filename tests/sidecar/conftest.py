@@ -20,10 +20,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from specops_lab.launch import free_ports
-from specops_operator._fetch import httpx_get
 from specops_sidecar import aiohttp_get
 
 from specops.observation import HttpGet
+from specops.observation.httpx_get import httpx_get
 from tests.observation.fake_vllm import FakeVllm
 
 Handler = Callable[[str, Mapping[str, str]], tuple[int, str]]
