@@ -21,7 +21,8 @@ from specops.observation import (
     WindowedObserver,
     label_matchers,
 )
-from specops.profiles import get_profile, profile_names
+from specops.policy import StepCostModel
+from specops.profiles import find_profile, profile_names
 from specops.vllm import SpeculativeConfig
 from specops_sidecar._http import aiohttp_get
 from specops_sidecar._server import build_app
@@ -40,6 +41,20 @@ def _matchers(
         return label_matchers(pairs)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--match") from exc
+
+
+def _cost_model(
+    profile: str | None, model: str | None, gpu: str | None, tp: int, method: str
+) -> StepCostModel | None:
+    """The named profile's cost model, or the one derived for the model on the GPU."""
+    if profile is None and (model is None or gpu is None):
+        return None
+    found = find_profile(profile, model=model or "", tensor_parallel_size=tp, gpu=gpu)
+    if found is None:
+        raise click.UsageError(
+            f"no performance profile for model {model!r} on {gpu!r}: name one with --profile"
+        )
+    return found.cost_model(method)
 
 
 @click.command("sidecar")
@@ -110,6 +125,13 @@ def _matchers(
     help="Performance profile: the prior of the step-time fit; none, no predictions.",
 )
 @click.option(
+    "--model",
+    default=None,
+    help="The target model: with --gpu, its prior is derived when no --profile is named.",
+)
+@click.option("--gpu", default=None, help="The GPU the engine runs on (spec.engine.gpu).")
+@click.option("-tp", "--tensor-parallel-size", default=1, show_default=True, type=int)
+@click.option(
     "--method",
     default="eagle3",
     show_default=True,
@@ -147,6 +169,9 @@ def sidecar(
     prediction_window: float,
     stale_after: float | None,
     profile: str | None,
+    model: str | None,
+    gpu: str | None,
+    tensor_parallel_size: int,
     method: str,
     context_tokens: float,
     speculative_config: str | None,
@@ -169,7 +194,7 @@ def sidecar(
             max_k=max_k,
             method=method,
             context_tokens_per_request=context_tokens,
-            cost_model=get_profile(profile).cost_model(method) if profile else None,
+            cost_model=_cost_model(profile, model, gpu, tensor_parallel_size, method),
             speculation=SpeculativeConfig.from_json(speculative_config).in_force()
             if speculative_config
             else None,

@@ -21,7 +21,13 @@ from specops.observation import (
 )
 from specops.observation.httpx_get import httpx_get
 from specops.policy import SpecConfig
-from specops.profiles import PerformanceProfile, find_profile, profile_names
+from specops.profiles import (
+    PerformanceProfile,
+    find_profile,
+    gpu_names,
+    model_shapes,
+    profile_names,
+)
 
 __all__ = ["advise_command"]
 
@@ -46,12 +52,18 @@ async def _observe(
         return observation
 
 
-def _profile(name: str | None, model: str | None, tensor_parallel_size: int) -> PerformanceProfile:
-    found = find_profile(name, model=model or "", tensor_parallel_size=tensor_parallel_size)
+def _profile(
+    name: str | None, model: str | None, gpu: str | None, tensor_parallel_size: int
+) -> PerformanceProfile:
+    found = find_profile(
+        name, model=model or "", tensor_parallel_size=tensor_parallel_size, gpu=gpu
+    )
     if found is None:
         raise click.UsageError(
             f"no performance profile for model {model!r} at tensor parallel size "
-            f"{tensor_parallel_size}: name one with --profile ({', '.join(profile_names())})"
+            f"{tensor_parallel_size} on {gpu or 'an unnamed GPU'}: name one with --profile "
+            f"({', '.join(profile_names())}), or give --model (one of "
+            f"{', '.join(sorted(model_shapes()))}) and --gpu ({', '.join(gpu_names())})"
         )
     return found
 
@@ -76,6 +88,11 @@ def _profile(name: str | None, model: str | None, tensor_parallel_size: int) -> 
 )
 @click.option("--profile", type=click.Choice(profile_names()), default=None)
 @click.option("--model", default=None, help="The target model, to find its profile.")
+@click.option(
+    "--gpu",
+    default=None,
+    help="The GPU the pods run on: with --model, a prior is derived for a model the catalog lacks.",
+)
 @click.option("-tp", "--tensor-parallel-size", default=1, show_default=True, type=int)
 @click.option(
     "--speculative-config",
@@ -99,6 +116,7 @@ def advise_command(
     window: float,
     profile: str | None,
     model: str | None,
+    gpu: str | None,
     tensor_parallel_size: int,
     speculative_config: str | None,
     method: str | None,
@@ -121,7 +139,7 @@ def advise_command(
             raw, given, given_method = speculation_given(speculative_config)
             method = method or given_method
         method = method or "eagle3"
-        found = _profile(profile, model, tensor_parallel_size)
+        found = _profile(profile, model, gpu, tensor_parallel_size)
         config = ObserverConfig(
             namespace="",
             pod=None,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from specops.api._rules import CrdModel, Rule
 from specops.control import ControlSettings
-from specops.profiles import profile_names
+from specops.profiles import gpu_names, profile_names
 from specops.vllm import (
     DYNAMIC_SCHEDULE_METHODS,
     METHODS_NEEDING_DRAFT_MODEL,
@@ -117,6 +117,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 def _quoted(names: frozenset[str] | tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{name}'" for name in sorted(names)) + "]"
+
+
+_GPUS = _quoted(gpu_names())
 
 
 def _listed(names: frozenset[str]) -> str:
@@ -271,6 +274,13 @@ class EngineSpec(CrdModel):
             field_path=".tensorParallelSize",
         ),
         Rule(
+            cel=f"!has(self.gpu) || self.gpu in {_GPUS}",
+            message="spec.engine.gpu must name a GPU specops has the datasheet of, one of "
+            + ", ".join(gpu_names()),
+            holds=lambda e: e.gpu is None or e.gpu in gpu_names(),
+            field_path=".gpu",
+        ),
+        Rule(
             cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{_REFUSED_FLAGS_RE}'))",
             message="spec.engine.extraArgs must not carry flags the operator sets ("
             + ", ".join(OWNED_FLAGS)
@@ -328,6 +338,9 @@ class EngineSpec(CrdModel):
     """GPUs (nvidia.com/gpu) requested and limited per pod."""
     tensor_parallel_size: int = Field(default=1, ge=1, le=16)
     """vLLM --tensor-parallel-size."""
+    gpu: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """The GPU the pods run on, one of the datasheets specops ships: with it, a model the
+    profile catalog lacks gets a step-time prior derived from its shape and the GPU."""
     max_num_seqs: int = Field(default=256, ge=1, le=65536)
     """vLLM --max-num-seqs: the most requests decoded in one batch."""
     max_model_len: int | None = Field(default=None, ge=16, le=16_777_216)

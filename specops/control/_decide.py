@@ -862,7 +862,9 @@ def _plan(
             state,
             ReasonCode.NO_COST_MODEL,
             "no step-cost model (performance profile) is known for this service, so no "
-            "config can be predicted",
+            "config can be predicted: name spec.policy.performanceProfile, or set "
+            "spec.engine.gpu for a model whose shape specops ships (specops.profiles "
+            "data/models.toml)",
         )
     age = now - measured.window_end
     if age > settings.max_staleness_s:

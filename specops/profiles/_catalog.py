@@ -47,33 +47,41 @@ from specops.policy import DraftCost, StepCostModel
 from specops.profiles._profile import PerformanceProfile
 
 __all__ = [
+    "ACTIVATION_RESERVE_BYTES",
+    "GPU_MEMORY_UTILIZATION",
+    "H100_8B",
+    "NGRAM_FRACTION",
     "PROFILES",
+    "draft_kv_tokens",
     "get_profile",
+    "kv_tokens",
+    "make_profile",
     "profile_names",
 ]
 
-_GPU_MEMORY_UTILIZATION = 0.9
-_ACTIVATION_RESERVE_BYTES = 4.0e9
-_NGRAM_FRACTION = 0.0059
+GPU_MEMORY_UTILIZATION = 0.9
+ACTIVATION_RESERVE_BYTES = 4.0e9
+NGRAM_FRACTION = 0.0059
 _H100_TO_H200 = 3.35 / 4.8
 
 
-def _kv_tokens(hbm_bytes: float, gpus: int, weight_bytes: float, kv_bytes_per_token: float) -> int:
-    free = gpus * (hbm_bytes * _GPU_MEMORY_UTILIZATION - _ACTIVATION_RESERVE_BYTES)
+def kv_tokens(hbm_bytes: float, gpus: int, weight_bytes: float, kv_bytes_per_token: float) -> int:
+    free = gpus * (hbm_bytes * GPU_MEMORY_UTILIZATION - ACTIVATION_RESERVE_BYTES)
     return int((free - weight_bytes) / kv_bytes_per_token)
 
 
-def _draft_kv_tokens(
+def draft_kv_tokens(
     kv_tokens: int, draft_weight_bytes: float, kv_bytes_per_token: float, layers: int
 ) -> int:
     return int(draft_weight_bytes / kv_bytes_per_token + kv_tokens / (layers + 1))
 
 
-def _profile(
+def make_profile(
     *,
     name: str,
     model: str,
     accelerator: str,
+    gpu: str,
     tensor_parallel_size: int,
     target: StepCostModel,
     kv_cache_tokens: int,
@@ -87,7 +95,7 @@ def _profile(
         c_tok=target.c_tok,
         c_kv=target.c_kv,
         t_overhead=target.t_overhead,
-        draft=DraftCost(fraction_of_target=_NGRAM_FRACTION),
+        draft=DraftCost(fraction_of_target=NGRAM_FRACTION),
     )
     return PerformanceProfile(
         name=name,
@@ -101,6 +109,7 @@ def _profile(
         params=params,
         peak_flops=peak_flops,
         description=description,
+        gpu=gpu,
     )
 
 
@@ -109,7 +118,7 @@ _KV_70B = 80 * 8 * 128 * 2 * 2
 _EAGLE_8B_WEIGHTS = 0.25e9 * 2
 _EAGLE_70B_WEIGHTS = 1.0e9 * 2
 
-_H100_8B = StepCostModel(
+H100_8B = StepCostModel(
     t_fixed=5.886e-3,
     c_tok=2.101e-5,
     c_kv=3.926e-8,
@@ -118,14 +127,14 @@ _H100_8B = StepCostModel(
 )
 
 _H200_8B = StepCostModel(
-    t_fixed=_H100_8B.t_fixed * _H100_TO_H200,
-    c_tok=_H100_8B.c_tok,
-    c_kv=_H100_8B.c_kv * _H100_TO_H200,
-    t_overhead=_H100_8B.t_overhead,
+    t_fixed=H100_8B.t_fixed * _H100_TO_H200,
+    c_tok=H100_8B.c_tok,
+    c_kv=H100_8B.c_kv * _H100_TO_H200,
+    t_overhead=H100_8B.t_overhead,
     draft=DraftCost(
-        t_fixed=_H100_8B.draft.t_fixed * _H100_TO_H200,
-        c_tok=_H100_8B.draft.c_tok,
-        c_kv=_H100_8B.draft.c_kv * _H100_TO_H200,
+        t_fixed=H100_8B.draft.t_fixed * _H100_TO_H200,
+        c_tok=H100_8B.draft.c_tok,
+        c_kv=H100_8B.draft.c_kv * _H100_TO_H200,
     ),
 )
 
@@ -137,45 +146,48 @@ _H100_70B_TP4 = StepCostModel(
     draft=DraftCost(t_fixed=2.16e-3, c_tok=7.5e-7, c_kv=5.95e-10),
 )
 
-_kv_8b_h100 = _kv_tokens(80e9, 1, 16.06e9, _KV_8B)
-_kv_8b_h200 = _kv_tokens(141e9, 1, 16.06e9, _KV_8B)
-_kv_70b_h100 = _kv_tokens(80e9, 4, 141.1e9, _KV_70B)
+_kv_8b_h100 = kv_tokens(80e9, 1, 16.06e9, _KV_8B)
+_kv_8b_h200 = kv_tokens(141e9, 1, 16.06e9, _KV_8B)
+_kv_70b_h100 = kv_tokens(80e9, 4, 141.1e9, _KV_70B)
 
 PROFILES: dict[str, PerformanceProfile] = {
     profile.name: profile
     for profile in (
-        _profile(
+        make_profile(
             name="llama3.1-8b-h100",
             model="meta-llama/Llama-3.1-8B-Instruct",
             accelerator="H100-SXM-80GB",
+            gpu="H100-SXM5-80GB",
             tensor_parallel_size=1,
-            target=_H100_8B,
+            target=H100_8B,
             kv_cache_tokens=_kv_8b_h100,
-            draft_memory_kv_tokens=_draft_kv_tokens(_kv_8b_h100, _EAGLE_8B_WEIGHTS, _KV_8B, 32),
+            draft_memory_kv_tokens=draft_kv_tokens(_kv_8b_h100, _EAGLE_8B_WEIGHTS, _KV_8B, 32),
             params=8.0e9,
             peak_flops=7.6e14,
             description="SpecDecode-Bench step-time fit, vLLM on one H100",
         ),
-        _profile(
+        make_profile(
             name="llama3.1-8b-h200",
             model="meta-llama/Llama-3.1-8B-Instruct",
             accelerator="H200-SXM-141GB",
+            gpu="H200-SXM-141GB",
             tensor_parallel_size=1,
             target=_H200_8B,
             kv_cache_tokens=_kv_8b_h200,
-            draft_memory_kv_tokens=_draft_kv_tokens(_kv_8b_h200, _EAGLE_8B_WEIGHTS, _KV_8B, 32),
+            draft_memory_kv_tokens=draft_kv_tokens(_kv_8b_h200, _EAGLE_8B_WEIGHTS, _KV_8B, 32),
             params=8.0e9,
             peak_flops=7.6e14,
             description="the H100 fit with bandwidth-bound terms scaled by 3.35/4.8",
         ),
-        _profile(
+        make_profile(
             name="llama3.1-70b-h100-tp4",
             model="meta-llama/Llama-3.1-70B-Instruct",
             accelerator="4x H100-SXM-80GB, NVLink",
+            gpu="H100-SXM5-80GB",
             tensor_parallel_size=4,
             target=_H100_70B_TP4,
             kv_cache_tokens=_kv_70b_h100,
-            draft_memory_kv_tokens=_draft_kv_tokens(_kv_70b_h100, _EAGLE_70B_WEIGHTS, _KV_70B, 80),
+            draft_memory_kv_tokens=draft_kv_tokens(_kv_70b_h100, _EAGLE_70B_WEIGHTS, _KV_70B, 80),
             params=70.55e9,
             peak_flops=4 * 7.6e14,
             description="derived from first principles against the 8B fit (see module doc)",
@@ -196,23 +208,3 @@ def get_profile(name: str) -> PerformanceProfile:
         raise EngineConfigError(
             f"unknown performance profile {name!r}; known profiles: {', '.join(profile_names())}"
         ) from None
-
-
-def find_profile(
-    name: str | None, *, model: str, tensor_parallel_size: int
-) -> PerformanceProfile | None:
-    """The named profile, else the catalog's first for this model and tensor parallelism.
-
-    None means specops has no cost model for the deployment: callers then make no
-    predictions rather than borrow another model's numbers.
-    """
-    if name is not None:
-        return get_profile(name)
-    return next(
-        (
-            p
-            for p in PROFILES.values()
-            if p.model == model and p.tensor_parallel_size == tensor_parallel_size
-        ),
-        None,
-    )

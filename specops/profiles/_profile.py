@@ -71,6 +71,8 @@ class PerformanceProfile:
     params: float
     peak_flops: float
     description: str
+    gpu: str | None = None
+    """The GPU's name in ``data/gpus.toml``, which ``spec.engine.gpu`` names."""
 
     def cost_model(self, method: str | None, *, roofline: bool = False) -> StepCostModel:
         """The step-cost model for a speculative method (None: no speculation)."""

@@ -45,6 +45,12 @@ SCHEDULE = [{"minBatchSize": 1, "maxBatchSize": 64, "numSpeculativeTokens": 3}]
 # (spec, start of the expected message, whether a CEL rule — not a schema bound — refuses it)
 BAD: list[tuple[str, dict[str, Any], str, bool]] = [
     (
+        "unknown gpu",
+        _with("engine.gpu", "H100"),
+        "spec.engine.gpu must name a GPU specops has the datasheet of, one of A100-SXM4-80GB",
+        True,
+    ),
+    (
         "env HF_HOME",
         _with("engine.env", [{"name": "HF_HOME", "value": "/tmp"}]),
         "spec.engine.env: HF_HOME is set by the operator",

@@ -30,6 +30,7 @@ from specops.render import (
     apply_defaults,
     controller_choice,
     data_parallel_size,
+    performance_profile,
     plan,
     render_objects,
     selector_labels,
@@ -175,6 +176,28 @@ def test_per_batch_size_schedule_and_ngram_keys_reach_vllm() -> None:
     config = SpeculativeConfig.from_json(args[args.index("--speculative-config") + 1])
     assert config.num_speculative_tokens_per_batch_size == ((1, 32, 4), (33, 256, 1))
     assert config.num_speculative_tokens == 4
+
+
+def test_a_model_the_catalog_lacks_gets_a_prior_derived_for_its_gpu() -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["model"] = "Qwen/Qwen3-32B"
+    spec["engine"] = {**spec.get("engine", {}), "gpu": "H200-SXM-141GB"}
+    parsed = apply_defaults(parse_spec(spec))
+    profile = performance_profile(parsed)
+    assert profile is not None and profile.gpu == "H200-SXM-141GB" and "derived" in profile.name
+    sidecar = _render(spec)[0]["spec"]["template"]["spec"]["containers"][1]["args"]
+    assert "--profile" not in sidecar
+    at = sidecar.index("--model")
+    assert sidecar[at : at + 6] == [
+        "--model",
+        "Qwen/Qwen3-32B",
+        "--gpu",
+        "H200-SXM-141GB",
+        "--tensor-parallel-size",
+        "1",
+    ]
+    del spec["engine"]["gpu"]
+    assert performance_profile(apply_defaults(parse_spec(spec))) is None
 
 
 def test_the_sidecar_gets_the_engines_config_only_when_it_holds_a_table() -> None:
