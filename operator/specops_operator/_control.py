@@ -3,12 +3,12 @@
 One tick for one SpeculativeService reads everything it needs from the API (the object,
 its Deployment, its pods), fetches the pods' observations, restores the controller's
 state from status, calls the pure :func:`specops.control.decide` with ``now`` from an
-injected clock, and writes the outcome: ``status.controller`` (the state),
-``status.lastDecision``, ``status.lastMeasurements``, the ``MetricsAvailable`` condition
-and, when a change is applied in mode Auto, ``status.speculativeConfig`` (source
-Controller), after which it reconciles at once so the Deployment re-renders (a rolling
-update with maxUnavailable 0). Events are posted when the action or reason changes,
-metrics on every decision.
+injected clock, and applies the status fields it owns as their one writer
+(:mod:`specops_operator._owners`): ``status.controller`` (the state), ``status.lastDecision``,
+``status.lastMeasurements`` and the ``MetricsAvailable`` condition. A change applied in mode
+Auto is handed to a reconciliation at once, which renders the Deployment (a rolling update
+with maxUnavailable 0) and records it in ``status.speculativeConfig`` (source Controller).
+Events are posted when the action or reason changes, metrics on every decision.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from specops_operator._metrics import (
     SPECULATIVE_TOKENS,
     STEP_TIME_INTERVALS,
 )
+from specops_operator._owners import Writer, status_apply
 from specops_operator._reconcile import planned, reconcile
 from specops_operator._state import restore_state, save_state, timestamp, unix_time
 from specops_operator._status import rollout_complete
@@ -140,10 +141,9 @@ def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any])
 
 
 def _config_status(spec: SpeculativeServiceSpec, config: SpecConfig) -> Obj:
-    """status.speculativeConfig whole: a key the new config lacks (a table replaced by one k)
-    goes as null, which the merge patch deletes instead of keeping the old value."""
+    """status.speculativeConfig for a config the controller chose."""
     chosen = speculative_config_status(spec, config, "Controller")
-    return chosen.model_dump(by_alias=True, mode="json")
+    return chosen.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def _crossovers(decision: Decision) -> list[Obj]:
@@ -170,7 +170,8 @@ def _step_time_model(decision: Decision) -> Obj:
 
 
 def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
-    """status.lastDecision; every key present (null clears what the last one had)."""
+    """status.lastDecision; a key without a value is null, and left out of the apply (which
+    removes what the last decision had there)."""
     gain = decision.predicted_gain
     return {
         "time": timestamp(decision.at),
@@ -214,8 +215,10 @@ def _measurements(window: Window, decision: Decision, k: int) -> Obj:
     }
 
 
-def _conditions(current: list[Obj], window: Window, now: float) -> list[Obj]:
-    """The live conditions with MetricsAvailable replaced (its time kept if unchanged)."""
+def _metrics_condition(
+    current: list[Obj], window: Window, now: float, generation: int | None
+) -> Obj:
+    """MetricsAvailable, the control loop's condition (its time kept if its status is)."""
     status = "True" if window.available else "False"
     before = next((c for c in current if c.get("type") == "MetricsAvailable"), None)
     since = (
@@ -230,9 +233,7 @@ def _conditions(current: list[Obj], window: Window, now: float) -> list[Obj]:
         "message": window.message[:32768],
         "lastTransitionTime": since,
     }
-    if before is not None and "observedGeneration" in before:
-        metrics["observedGeneration"] = before["observedGeneration"]
-    return [c for c in current if c.get("type") != "MetricsAvailable"] + [metrics]
+    return metrics if generation is None else {**metrics, "observedGeneration": generation}
 
 
 def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> None:
@@ -294,13 +295,14 @@ def _next_tick(due_in: float, sampling_interval: float | None) -> float:
 
 @dataclass(frozen=True)
 class TickPlan:
-    """What one decision writes: the status patch, and the event to post (type, reason,
-    message; None when the action and its reason are the last decision's). ``changed``: the
-    speculation in force changes, so the Deployment is re-rendered at once."""
+    """What one decision writes: the control loop's status fields, and the event to post
+    (type, reason, message; None when the action and its reason are the last decision's).
+    ``choice``: the new ``status.speculativeConfig`` when the speculation in force changes,
+    handed to a reconciliation at once (None when it stays)."""
 
     decision: Decision
-    patch: Obj
-    changed: bool
+    status: Obj
+    choice: Obj | None
     event: tuple[str, str, str] | None
 
 
@@ -368,18 +370,21 @@ def plan_tick(
     )
     live_status = body.get("status") or {}
     last_decision = decision_status(spec, decision)
-    patch: Obj = {
+    generation = (body.get("metadata") or {}).get("generation")
+    conditions = list(live_status.get("conditions") or [])
+    owned: Obj = {
         "controller": save_state(decision.state).model_dump(by_alias=True, mode="json"),
         "lastDecision": last_decision,
-        "conditions": _conditions(list(live_status.get("conditions") or []), window, now),
+        "conditions": [_metrics_condition(conditions, window, now, generation)],
+        # Without a reading the last one stays: it is sent again, as the apply keeps only
+        # what it is sent.
+        "lastMeasurements": _measurements(window, decision, in_force.num_speculative_tokens)
+        if window.available
+        else live_status.get("lastMeasurements"),
     }
-    if window.available:
-        patch["lastMeasurements"] = _measurements(window, decision, in_force.num_speculative_tokens)
-    changed = decision.config != in_force
-    if changed:
-        patch["speculativeConfig"] = _config_status(spec, decision.config)
+    choice = _config_status(spec, decision.config) if decision.config != in_force else None
     event = _event(status.last_decision, decision, last_decision["recommended"])
-    return TickPlan(decision, patch, changed, event)
+    return TickPlan(decision, owned, choice, event)
 
 
 async def _measure(
@@ -433,17 +438,19 @@ async def control_tick(
         now,
         options.default_context_tokens,
     )
-    patched = await asyncio.to_thread(kube.patch_status, body, tick.patch)
+    owned = status_apply(Writer.CONTROLLER, tick.status)
+    patched = await asyncio.to_thread(kube.apply_status, body, owned, Writer.CONTROLLER)
     _report(namespace, name, spec.speculation.mode, tick.decision)
     if tick.event is not None:
         post_event(patched, *tick.event)
-    if tick.changed:  # re-render the Deployment now rather than on the next resync
+    if tick.choice is not None:  # render and record the new choice now, not at the next resync
         await asyncio.to_thread(
             reconcile,
             kube,
             patched,
             render,
             lambda type_, reason, message: post_event(patched, type_, reason, message),
+            choice=tick.choice,
         )
     return _next_tick(
         _wait(parse_service(patched), options, options.clock()),

@@ -24,6 +24,7 @@ from specops_operator._metrics import (
     forget_service,
     start_service,
 )
+from specops_operator._owners import Writer, owned_status, status_apply
 from specops_operator._reconcile import forget_turn, reconcile
 from specops_operator._status import degraded_conditions
 
@@ -93,12 +94,15 @@ def _report(memo: kopf.Memo, body: Mapping[str, Any], reason: str, message: str)
     meta = body.get("metadata") or {}
     with contextlib.suppress(KubeApiError):
         body = memo.kube.get_service(meta.get("namespace", "default"), meta["name"]) or body
-    current = (body.get("status") or {}).get("conditions") or []
+    owned = owned_status(body.get("status") or {}, Writer.RECONCILER)
+    current = owned.get("conditions") or []
     conditions = degraded_conditions(current, reason, message, datetime.now(UTC))
     if conditions is None:
         return
+    # The reconciler's status as it is, Degraded replaced: an apply of less would remove the rest.
+    status = status_apply(Writer.RECONCILER, {**owned, "conditions": conditions})
     with contextlib.suppress(KubeApiError):  # the report must not hide the failure itself
-        memo.kube.patch_status(dict(body), {"conditions": conditions})
+        memo.kube.apply_status(dict(body), status, Writer.RECONCILER)
     _post(body, "Warning", reason, message[:1024])
 
 

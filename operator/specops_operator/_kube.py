@@ -1,4 +1,4 @@
-"""The operator's only door to the Kubernetes API: get, server-side apply, status patch.
+"""The operator's only door to the Kubernetes API: get, server-side apply (children, status).
 
 Every API write of the operator goes through :class:`Kube`, so the rest of the package is
 plain data in, data out. Library errors become :class:`KubeApiError` here.
@@ -34,7 +34,8 @@ _MERGE_PATCH = "application/merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is valid YAML
 # The status of a write whose resourceVersion precondition no longer holds.
 CONFLICT = 409
-# The field manager that owns what the operator applies to its children.
+# The field manager that owns what the operator applies to its children (and that held status
+# while an older operator merge-patched it; status has a manager per writer now).
 FIELD_MANAGER = "specops"
 # Seconds to connect and to read one answer: a hung connection fails the reconciliation (kopf
 # retries it) instead of holding the service's turn and an executor thread for ever.
@@ -173,13 +174,36 @@ class Kube:
         found = self._call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")
         return list(found.get("items") or [])
 
-    def patch_status(self, service: Obj, status: Obj) -> Obj:
-        """Merge-patch the status subresource of a SpeculativeService (only the keys given)."""
+    def apply_status(self, service: Obj, status: Obj, manager: str) -> Obj:
+        """Server-side apply the status subresource of a SpeculativeService as ``manager``.
+
+        The status fields ``manager`` owns become exactly those of ``status``: one it sent
+        before and leaves out now is removed, unless another manager owns it too. Conditions
+        merge by ``type``, so another manager's conditions stay as they are. A field someone
+        else changed (a hand edit of status) is taken back (``force``), not refused.
+        """
+        meta = service["metadata"]
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "SpeculativeService",
+            "metadata": {"namespace": meta["namespace"], "name": meta["name"]},
+            "status": status,
+        }
         return self._call(
             "PATCH",
-            _object_path(service) + "/status",
-            {"status": status},
-            query=[("fieldManager", FIELD_MANAGER)],
+            _object_path(body) + "/status",
+            body,
+            content_type=_APPLY_PATCH,
+            query=[("fieldManager", manager), ("force", "true")],
+        )
+
+    def replace_managed_fields(self, obj: Obj, managed: list[Obj]) -> Obj:
+        """Set ``metadata.managedFields`` of ``obj``, unless it changed since it was read: the
+        API server refuses (409, :data:`CONFLICT`) when ``obj``'s resourceVersion is stale."""
+        meta = obj["metadata"]
+        patch = {"metadata": {"managedFields": managed, "resourceVersion": meta["resourceVersion"]}}
+        return self._call(
+            "PATCH", _object_path(obj), patch, query=[("fieldManager", FIELD_MANAGER)]
         )
 
     def has_api_group(self, group: str) -> bool:

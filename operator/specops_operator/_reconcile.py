@@ -8,6 +8,8 @@ SpeculativeService take turns: the later one reads what the earlier wrote, and e
 created, and announced, once. Children are written by server-side
 apply, so the fields the operator renders are exactly the spec's (a field it stops rendering
 is removed) while fields other managers own (a restart annotation, an HPA) are left alone.
+Status is applied the same way, under the reconciler's own field manager: only the fields
+:mod:`specops_operator._owners` gives it, never the control loop's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from specops.api import SpeculativeService, parse_service
 from specops.render import HASH_ANNOTATION, Plan, RenderOptions, plan
 from specops_operator._kube import CONFLICT, Kube, KubeApiError
 from specops_operator._metrics import CHILD_WRITES
+from specops_operator._owners import Writer, handed_over, owned_status, status_apply
 from specops_operator._status import desired_status
 
 __all__ = [
@@ -157,12 +160,15 @@ def reconcile(
     options: RenderOptions,
     post_event: Callable[[str, str, str], None],
     now: datetime | None = None,
+    choice: Mapping[str, Any] | None = None,
 ) -> Outcome:
-    """Bring the children of one SpeculativeService to their rendered state; patch its status.
+    """Bring the children of one SpeculativeService to their rendered state; apply its status.
 
     ``body`` only names the service: once its turn is taken the object is read again, so a
-    reconciliation renders and patches what the one before it (or the control loop) wrote,
-    not the copy its trigger carried.
+    reconciliation renders and reports what the one before it (or the control loop) wrote,
+    not the copy its trigger carried. ``choice`` is a new ``status.speculativeConfig`` the
+    control loop decided on: it is checked against the spec as any recorded choice is,
+    rendered, and recorded by this reconciliation, the one writer of that field.
     """
     named: SpeculativeService = parse_service(body)
     namespace, name = named.metadata.namespace, named.metadata.name
@@ -170,7 +176,23 @@ def reconcile(
         fresh = kube.get_service(namespace, name)
         if fresh is None:  # deleted meanwhile: nothing to bring anywhere
             return Outcome((), False)
-        return _reconcile(kube, parse_service(fresh), fresh, options, post_event, now)
+        fresh, handed = _hand_over(kube, fresh)
+        if choice is not None:
+            fresh = {
+                **fresh,
+                "status": {**(fresh.get("status") or {}), "speculativeConfig": choice},
+            }
+        return _reconcile(kube, parse_service(fresh), fresh, options, post_event, now, handed)
+
+
+def _hand_over(kube: Kube, body: Obj) -> tuple[Obj, bool]:
+    """The object once the status an older operator merge-patched is handed to the writers
+    (see :func:`handed_over`), and whether it was just handed over. A stale read makes the
+    API server refuse, and the reconciliation is retried."""
+    managed = handed_over(body["metadata"].get("managedFields") or [], body["apiVersion"])
+    if managed is None:
+        return body, False
+    return kube.replace_managed_fields(body, managed), True
 
 
 def planned(
@@ -209,8 +231,11 @@ def _reconcile(
     options: RenderOptions,
     post_event: Callable[[str, str, str], None],
     now: datetime | None,
+    handed: bool,
 ) -> Outcome:
-    """One reconciliation, run while holding the service's turn."""
+    """One reconciliation, run while holding the service's turn. ``handed``: status was just
+    handed over from an older operator, so it is applied even if nothing else changed (what
+    the reconciler no longer sends is removed then)."""
     pod_monitor = kube.has_api_group(PODMONITOR_GROUP)
     wanted, live_deployment = planned(kube, service, replace(options, pod_monitor=pod_monitor))
     if wanted.refused is not None:
@@ -237,10 +262,11 @@ def _reconcile(
     if foreign and _newly_foreign(body, status):
         for message in foreign:
             post_event("Warning", "NameTaken", message)
-    current = body.get("status") or {}
-    status_written = not covers(_without_times(status), _without_times(current))
+    current = owned_status(body.get("status") or {}, Writer.RECONCILER)
+    status_written = handed or not _same(status, current)
     if status_written:
-        kube.patch_status(dict(body), _merge_patch(status, current))
+        applied = status_apply(Writer.RECONCILER, status)
+        kube.apply_status(dict(body), applied, Writer.RECONCILER)
     return Outcome(tuple(writes), status_written)
 
 
@@ -256,27 +282,22 @@ def _newly_foreign(body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     return bool(before != taken(status.get("conditions")))
 
 
-def _merge_patch(desired: Mapping[str, Any], current: Mapping[str, Any]) -> Obj:
-    """A JSON merge patch from ``current`` to ``desired`` for the keys ``desired`` owns.
-
-    Nested keys that ``desired`` dropped become null, so that they are removed; top-level
-    keys ``desired`` does not mention (the controller's fields) are left untouched.
-    """
-    patch: Obj = {}
-    for key, value in desired.items():
-        before = current.get(key)
-        if isinstance(value, Mapping) and isinstance(before, Mapping):
-            gone = {old: None for old in before if old not in value}
-            patch[key] = {**gone, **_merge_patch(value, before)}
-        else:
-            patch[key] = value
-    return patch
+def _same(desired: Mapping[str, Any], live: Mapping[str, Any]) -> bool:
+    """Whether the live status holds exactly the fields and conditions of ``desired``
+    (server-added keys inside a field are ignored, and so are transition times alone, which
+    are no reason to write)."""
+    want, have = _keyed(desired), _keyed(live)
+    return (
+        want.keys() == have.keys()
+        and want["conditions"].keys() == have["conditions"].keys()
+        and covers(want, have)
+    )
 
 
-def _without_times(status: Mapping[str, Any]) -> Obj:
-    """Status minus transition times, which alone are no reason to write."""
-    conditions = [
-        {k: v for k, v in c.items() if k != "lastTransitionTime"}
-        for c in status.get("conditions", [])
-    ]
+def _keyed(status: Mapping[str, Any]) -> Obj:
+    """Status with its conditions by type and without their transition times."""
+    conditions = {
+        c.get("type"): {k: v for k, v in c.items() if k != "lastTransitionTime"}
+        for c in status.get("conditions") or []
+    }
     return {**status, "conditions": conditions}

@@ -97,7 +97,7 @@ def desired_status(
     now: datetime,
     foreign: Sequence[str] = (),
 ) -> Obj:
-    """The status fields the operator owns; lastMeasurements and lastDecision are left alone.
+    """The status fields the reconciler owns (see :mod:`specops_operator._owners`), whole.
 
     ``foreign`` names the children whose names objects the service does not own have taken.
     """
@@ -112,12 +112,6 @@ def desired_status(
         conditions = [c for c in conditions if c["type"] != "Degraded"]
         conditions.append(_condition("Degraded", "True", "NameTaken", "; ".join(foreign)))
     conditions.append(_speculation_condition(config))
-    metrics = next((c for c in old_conditions if c["type"] == "MetricsAvailable"), None)
-    conditions.append(
-        {k: v for k, v in metrics.items() if k != "lastTransitionTime"}
-        if metrics is not None
-        else _condition("MetricsAvailable", "Unknown", "AwaitingController", "no measurements yet")
-    )
     generation = service.metadata.generation
     live = (deployment or {}).get("status", {})
     selector = ",".join(f"{k}={v}" for k, v in plan.selector.items())
@@ -135,7 +129,8 @@ def desired_status(
 def degraded_conditions(
     current: Sequence[Mapping[str, Any]], reason: str, message: str, now: datetime
 ) -> list[Obj] | None:
-    """status.conditions with Degraded set True for ``reason``; None when it already says so.
+    """The reconciler's conditions with Degraded set True for ``reason``; None when they
+    already say so.
 
     A reconciliation that cannot be built (a spec only the operator can find wrong, a child
     the API server refuses) is reported once on the object, not retried in silence; the next

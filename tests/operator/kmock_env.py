@@ -1,17 +1,23 @@
 """Run the real kopf operator against kmock's in-memory Kubernetes API, and read what it wrote.
 
 kmock stores objects and merges patches; it does not default fields, run controllers,
-filter by label or garbage-collect. :class:`ApplyingEmulator` adds the one part of
-server-side apply the operator needs to run here: an apply creates a missing object. It keeps
-no field managers (an apply merges like a merge patch), so what an apply removes is checked
-on the real API server by the e2e suite.
+filter by label or garbage-collect. :class:`ApplyingEmulator` adds the parts of server-side
+apply the operator needs: an apply creates a missing object, and an apply of a
+SpeculativeService's status keeps a field manager per writer in ``metadata.managedFields``
+(a ``fieldsV1`` tree each) as the API server does: conditions merge by ``type``, a field its
+manager stops sending is removed unless another manager owns it, and ``force`` takes a
+changed field from its other owners. An apply of a child keeps no managers (it merges like a
+merge patch), so what such an apply removes is checked on the real API server by the e2e
+suite.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import copy
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ __all__ = [
     "eventually",
     "live",
     "run_operator",
+    "server_side_apply",
     "service_body",
 ]
 
@@ -54,11 +61,140 @@ CLUSTER_SCOPED = {"CustomResourceDefinition", "Namespace"}
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
+Path_ = tuple[str, ...]
+# The lists of status that merge by a key, as the CRD declares them.
+_LIST_MAPS = {"conditions": "type"}
+
+
+def _tree(value: Any, key: str | None = None) -> dict[str, Any]:
+    """The ``fieldsV1`` tree of an applied value: maps by field, list-maps by key, the rest
+    (scalars, atomic lists) as leaves."""
+    if isinstance(value, Mapping):  # an empty list-map sets nothing
+        return {f"f:{k}": _tree(v, k) for k, v in value.items() if v or k not in _LIST_MAPS}
+    if isinstance(value, list) and key in _LIST_MAPS:
+        by = _LIST_MAPS[key]
+        return {
+            "k:" + json.dumps({by: item[by]}, separators=(",", ":")): {".": {}, **_tree(item)}
+            for item in value
+        }
+    return {}
+
+
+def _leaves(tree: Mapping[str, Any], prefix: Path_ = ()) -> set[Path_]:
+    found: set[Path_] = set()
+    for key, sub in tree.items():
+        found |= _leaves(sub, (*prefix, key)) if sub else {(*prefix, key)}
+    return found
+
+
+def _from_leaves(paths: set[Path_]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path in paths:
+        node = tree
+        for key in path:
+            node = node.setdefault(key, {})
+    return tree
+
+
+def _step(value: Any, key: str) -> Any:
+    """The child of ``value`` at one ``fieldsV1`` key (None when absent)."""
+    if key.startswith("f:") and isinstance(value, Mapping):
+        return value.get(key[2:])
+    if key.startswith("k:") and isinstance(value, list):
+        ((by, want),) = json.loads(key[2:]).items()
+        return next((i for i in value if isinstance(i, Mapping) and i.get(by) == want), None)
+    return None
+
+
+def _at(value: Any, path: Path_) -> Any:
+    for key in path:
+        value = value if key == "." else _step(value, key)
+    return value
+
+
+def _remove(value: Any, path: Path_) -> None:
+    """Remove the field at ``path`` (a path ending in "." removes the map or item itself),
+    and a map that it leaves empty."""
+    *head, last = path if path[-1] != "." else path[:-1]
+    parent = _at(value, tuple(head))
+    if isinstance(parent, dict):
+        parent.pop(last[2:], None)
+    elif isinstance(parent, list):
+        item = _step(parent, last)
+        if item is not None:
+            parent.remove(item)
+    if head and parent == {}:
+        _remove(value, tuple(head))
+
+
+def _merged(live: Any, applied: Any, key: str | None = None) -> Any:
+    """``applied`` set over ``live``: maps merge by field, list-maps by key, the rest is
+    replaced."""
+    if isinstance(live, Mapping) and isinstance(applied, Mapping):
+        return {
+            **live,
+            **{k: _merged(live.get(k), v, k) for k, v in applied.items()},
+        }
+    if isinstance(live, list) and isinstance(applied, list) and key in _LIST_MAPS:
+        by = _LIST_MAPS[key]
+        sent = {item[by]: item for item in applied}
+        kept = [_merged(i, sent.pop(i[by]), None) if i[by] in sent else i for i in live]
+        return kept + [i for i in applied if i[by] in sent]
+    return copy.deepcopy(applied)
+
+
+def server_side_apply(
+    obj: Mapping[str, Any], applied: Mapping[str, Any], manager: str, version: str
+) -> dict[str, Any]:
+    """``obj`` once ``manager`` applied ``applied`` (a status) to its status subresource with
+    force: its ``status`` and ``metadata.managedFields`` changed, the rest as it was."""
+    live = obj.get("status") or {}
+    managed = [dict(m) for m in obj.get("metadata", {}).get("managedFields") or []]
+    status_of = [m for m in managed if m.get("subresource") == "status"]
+    mine = next((m for m in status_of if m["manager"] == manager), None)
+    before = _leaves((mine or {}).get("fieldsV1", {}).get("f:status", {}))
+    sent = _leaves(_tree(applied))
+    status = _merged(live, applied)
+    for other in (m for m in status_of if m is not mine):  # force: a changed field moves
+        held = _leaves(other.get("fieldsV1", {}).get("f:status", {}))
+        kept = {p for p in held if p not in sent or p[-1] == "." or _at(live, p) == _at(applied, p)}
+        other["fieldsV1"] = {"f:status": _from_leaves(kept)} if kept else {}
+    others = set().union(
+        *(_leaves(m.get("fieldsV1", {}).get("f:status", {})) for m in status_of if m is not mine)
+    )
+    # A map or item before what is in it: once it is gone, there is nothing left to remove.
+    for path in sorted(before - sent - others, key=lambda p: (len(p), p[-1] != ".")):
+        base = path[:-1] if path[-1] == "." else path
+        if not any(p[: len(base)] == base for p in others | sent):  # nothing still held inside
+            _remove(status, path)
+    entry = {
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": version,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": _tree(applied)},
+        "subresource": "status",
+    }
+    managed = [m for m in managed if m is not mine and m.get("fieldsV1")] + [entry]
+    meta = {**obj.get("metadata", {}), "managedFields": managed}
+    return {**obj, "metadata": meta, "status": status}
+
+
+def _merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch from ``old`` to ``new`` (a removed key becomes null)."""
+    if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return new
+    gone = {key: None for key in old if key not in new}
+    return {**gone, **{k: _merge_patch(old.get(k), v) for k, v in new.items()}}
+
+
 class ApplyingEmulator(kmock.KubernetesEmulator):
-    """kmock's Kubernetes emulator, where a server-side apply of a missing object creates it.
+    """kmock's Kubernetes emulator, where a server-side apply of a missing object creates it,
+    and an apply of a status keeps field managers (:func:`server_side_apply`).
 
     The object is stored before kmock handles the request as a patch of it, so the apply
-    answers 200 with the object and watchers see it as modified.
+    answers 200 with the object and watchers see it as modified. A status apply is answered
+    here: kmock would merge the applied conditions over the stored ones as one value.
     """
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
@@ -71,7 +207,25 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
             key = (request.resource, request.namespace, request.name)
             if key not in self.objects or self.objects[key].deleted:
                 self.objects[key] = request.data
+            elif request.subresource == "status":
+                return await self._apply_status(request, key)
         return await super()._handle(request)
+
+    async def _apply_status(
+        self, request: kmock.Request, key: tuple[Any, str | None, str]
+    ) -> aiohttp.web.Response:
+        async with self._lock:
+            stored = self.objects[key]
+            applied = server_side_apply(
+                stored.raw,
+                request.data.get("status") or {},
+                request.params["fieldManager"],
+                request.data["apiVersion"],
+            )
+            stored.patch(_merge_patch(stored.raw, applied))
+            raw = stored.raw
+            await self._buses[key[0]].put({"type": "MODIFIED", "object": raw})
+        return aiohttp.web.json_response(raw)
 
 
 def service_body() -> dict[str, Any]:

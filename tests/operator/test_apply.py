@@ -28,6 +28,7 @@ from specops.render import (
     selector_labels,
     speculative_config_status,
 )
+from tests.operator.kmock_env import server_side_apply
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
 Obj = dict[str, Any]
@@ -235,11 +236,12 @@ class _Cluster:
         with self.guard:
             return copy.deepcopy(self.services.get(name))
 
-    def patch_status(self, service: Obj, status: Obj) -> Obj:
+    def apply_status(self, service: Obj, status: Obj, manager: str) -> Obj:
         with self.guard:
             self.status_patches.append(status)
-            stored = self.services[service["metadata"]["name"]]
-            stored["status"] = {**(stored.get("status") or {}), **status}
+            name = service["metadata"]["name"]
+            stored = server_side_apply(self.services[name], status, manager, "specops.io/v1alpha1")
+            self.services[name] = stored
             return copy.deepcopy(stored)
 
 

@@ -20,9 +20,11 @@ import pytest
 from prometheus_client import REGISTRY
 from specops_operator._control import ControlLoopOptions
 from specops_operator._fetch import Fetched, PodTarget
+from specops_operator._owners import CONDITION_OWNERS
 
-from specops.api import SpeculativeServiceSpec
+from specops.api import SpeculativeServiceSpec, parse_service
 from specops.observation import EstimateStatus
+from specops.render import apply_defaults, speculation_from_spec, speculative_config_status
 from tests.control.observations import pod_observation
 from tests.operator.kmock_env import (
     NS,
@@ -157,8 +159,12 @@ async def test_low_load_lengthens_speculation_and_a_failed_rollout_rolls_back(
         assert decided is not None
         code = decided[1]
         status = _status(kmock)
-        config = status["speculativeConfig"]
-        assert config["source"] == "Controller"
+        # The choice is rendered and recorded by the reconciliation the decision hands it to.
+        await eventually(
+            lambda: _status(kmock)["speculativeConfig"]["source"] == "Controller",
+            "the choice recorded in status.speculativeConfig",
+        )
+        config = _status(kmock)["speculativeConfig"]
         assert config["numSpeculativeTokens"] > 3
         decision = status["lastDecision"]
         assert decision["applied"] and decision["predictedGainPercent"] > 5
@@ -200,8 +206,11 @@ async def test_low_load_lengthens_speculation_and_a_failed_rollout_rolls_back(
         await eventually(lambda: _decision(kmock) == ("Withhold", "RolloutInProgress"), "follow")
         cluster.offset += 120  # past the 60 s rollout deadline
         await eventually(lambda: _sample("specops_rollbacks_total") == rollbacks + 1, "rollback")
+        await eventually(
+            lambda: _status(kmock)["speculativeConfig"]["numSpeculativeTokens"] == 3,
+            "the last good config recorded",
+        )
         status = _status(kmock)
-        assert status["speculativeConfig"]["numSpeculativeTokens"] == 3
         assert status["controller"].get("rollout") is None
         assert status["controller"]["cooldownUntil"]
         await eventually(
@@ -307,6 +316,9 @@ async def test_with_data_parallel_engines_the_loop_chooses_one_k(
         async with kmock.post(SVC_PATH, json=body) as response:
             assert response.status in (200, 201)
         await eventually(lambda: _decision(kmock) in RECONFIGURED, "reconf")
+        await eventually(
+            lambda: _status(kmock)["speculativeConfig"]["source"] == "Controller", "recorded"
+        )
         config = _status(kmock)["speculativeConfig"]
         assert config["numSpeculativeTokens"] > 3 and not config.get("schedule")
         await eventually(
@@ -317,3 +329,80 @@ async def test_with_data_parallel_engines_the_loop_chooses_one_k(
             "Deployment re-rendered",
         )
         assert "num_speculative_tokens_per_batch_size" not in (_engine_config(kmock) or {})
+
+
+def _status_managers(kmock: Any) -> dict[str, Any]:
+    """Each manager's fields of status, from the object's managedFields."""
+    managed = (live(kmock, SERVICE, "llama") or {}).get("metadata", {}).get("managedFields") or []
+    return {
+        m["manager"]: m["fieldsV1"].get("f:status", {})
+        for m in managed
+        if m.get("subresource") == "status"
+    }
+
+
+def _old_operators_status(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as an operator before the per-writer managers left it: its status (the spec's
+    day-zero table, not yet measured) merge-patched as the one manager ``specops``."""
+    spec = apply_defaults(parse_service(body).spec)
+    config = speculative_config_status(spec, speculation_from_spec(spec), "Spec")
+    stamp = "2026-01-01T00:00:00Z"
+    conditions = [
+        {"type": "Ready", "status": "False", "reason": "ReplicasNotReady", "message": ""},
+        {"type": "MetricsAvailable", "status": "Unknown", "reason": "AwaitingController"},
+    ]
+    status: dict[str, Any] = {
+        "observedGeneration": 1,
+        "conditions": [{**c, "lastTransitionTime": stamp} for c in conditions],
+        "speculativeConfig": config.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    }
+    fields: dict[str, Any] = {f"f:{key}": {} for key in status if key != "conditions"}
+    fields["f:speculativeConfig"] = {f"f:{key}": {} for key in status["speculativeConfig"]}
+    fields["f:conditions"] = {
+        f'k:{{"type":"{c["type"]}"}}': {".": {}, **{f"f:{key}": {} for key in c}}
+        for c in status["conditions"]
+    }
+    entry = {
+        "manager": "specops",
+        "operation": "Update",
+        "apiVersion": "specops.io/v1alpha1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:status": fields},
+        "subresource": "status",
+    }
+    return {**body, "status": status, "metadata": {**body["metadata"], "managedFields": [entry]}}
+
+
+async def test_each_writer_owns_its_status_fields_also_on_an_object_an_older_operator_wrote(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    """The reconciler and the control loop apply status under their own managers: each holds
+    its conditions by type, neither the other's. What an older operator merge-patched is
+    handed to them, so the day-zero table goes once the loop picks one k."""
+    body = _old_operators_status(_body())
+    assert body["status"]["speculativeConfig"]["schedule"]  # the example starts on a table
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=body) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _decision(kmock) in RECONFIGURED, "reconf")
+        await eventually(
+            lambda: _status(kmock)["speculativeConfig"]["source"] == "Controller", "recorded"
+        )
+        config = _status(kmock)["speculativeConfig"]
+        assert config["numSpeculativeTokens"] > 3 and "schedule" not in config
+        managers = _status_managers(kmock)
+        assert set(managers) == {"specops-reconciler", "specops-controller"}
+        reconciler, controller = managers["specops-reconciler"], managers["specops-controller"]
+        assert set(reconciler["f:conditions"]) == {
+            f'k:{{"type":"{t}"}}' for t in ("Ready", "Progressing", "Degraded", "SpeculationActive")
+        }
+        assert set(controller["f:conditions"]) == {'k:{"type":"MetricsAvailable"}'}
+        assert "f:speculativeConfig" in reconciler and "f:speculativeConfig" not in controller
+        assert {"f:controller", "f:lastDecision", "f:lastMeasurements"} <= set(controller)
+        conditions = {c["type"]: c for c in _status(kmock)["conditions"]}
+        assert set(conditions) == set(CONDITION_OWNERS)
+        assert conditions["MetricsAvailable"]["status"] == "True"
+        # Gone, the loop stops before the operator does (not in the middle of a short wait).
+        async with kmock.delete(f"{SVC_PATH}/llama") as response:
+            assert response.status in (200, 202)
+        await eventually(lambda: (NS, "llama") in cluster.forgotten, "the loop stopped")

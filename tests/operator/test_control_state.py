@@ -261,11 +261,11 @@ def test_a_tick_without_measurements_withholds_and_reports_it() -> None:
         default_context_tokens=1024.0,
     )
     assert tick.decision.action is Action.WITHHOLD
-    assert not tick.changed and "speculativeConfig" not in tick.patch
-    assert "lastMeasurements" not in tick.patch
-    (metrics,) = tick.patch["conditions"]
+    assert tick.choice is None and "speculativeConfig" not in tick.status
+    assert tick.status["lastMeasurements"] is None  # none measured, none kept from before
+    (metrics,) = tick.status["conditions"]
     assert (metrics["type"], metrics["status"]) == ("MetricsAvailable", "False")
-    assert tick.patch["lastDecision"]["reasonCode"] == "MetricsUnavailable"
+    assert tick.status["lastDecision"]["reasonCode"] == "MetricsUnavailable"
     assert tick.event is not None and tick.event[:2] == ("Normal", "Withhold")
 
 
@@ -285,10 +285,10 @@ def test_a_repeated_decision_posts_once_and_a_new_recommendation_posts_again() -
 
     first = tick({"speculativeConfig": config})
     assert first.event is not None
-    again = tick({"speculativeConfig": config, "lastDecision": first.patch["lastDecision"]})
+    again = tick({"speculativeConfig": config, "lastDecision": first.status["lastDecision"]})
     assert again.event is None  # the same action, reason and recommendation: no new event
     other = speculative_config_status(spec, SpecConfig.static(5), "Controller")
-    earlier = {**first.patch["lastDecision"], "recommended": other.model_dump(by_alias=True)}
+    earlier = {**first.status["lastDecision"], "recommended": other.model_dump(by_alias=True)}
     moved = tick({"speculativeConfig": config, "lastDecision": earlier})
     assert moved.event is not None and moved.event[1] == "Withhold"
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import yaml
 from specops_operator import covers, desired_status
-from specops_operator._reconcile import _merge_patch
 from specops_operator._status import degraded_conditions
 
 from specops.api import parse_service
@@ -51,8 +50,7 @@ def test_rolled_out_deployment_is_ready_and_speculating() -> None:
         "Progressing": ("False", "RolloutComplete"),
         "Degraded": ("False", "AsExpected"),
         "SpeculationActive": ("True", "Speculating"),
-        "MetricsAvailable": ("Unknown", "AwaitingController"),
-    }
+    }  # MetricsAvailable is the control loop's to write
     assert (status["observedGeneration"], status["replicas"], status["readyReplicas"]) == (4, 2, 2)
     assert status["speculativeConfig"]["source"] == "Spec"
     assert all(c["lastTransitionTime"] == NOW.isoformat() for c in status["conditions"])
@@ -79,7 +77,7 @@ def test_rollout_in_progress_and_failed_rollout() -> None:
     assert _conditions(missing)["Ready"] == ("False", "DeploymentMissing")
 
 
-def test_transition_times_and_the_controllers_condition_survive() -> None:
+def test_transition_times_survive_and_the_controllers_condition_is_left_to_it() -> None:
     earlier = "2025-12-31T00:00:00+00:00"
     previous = {
         "conditions": [
@@ -102,14 +100,9 @@ def test_transition_times_and_the_controllers_condition_survive() -> None:
     status = desired_status(service, plan(service, RenderOptions()), _deployment(2, 2), NOW)
     by_type = {c["type"]: c for c in status["conditions"]}
     assert by_type["Ready"]["lastTransitionTime"] == earlier
-    assert (
-        by_type["MetricsAvailable"]["reason"],
-        by_type["MetricsAvailable"]["lastTransitionTime"],
-    ) == (
-        "Scraped",
-        earlier,
-    )
     assert by_type["Progressing"]["lastTransitionTime"] == NOW.isoformat()
+    # The control loop's condition is its own to write: the reconciler neither keeps nor drops it.
+    assert "MetricsAvailable" not in by_type
 
 
 def test_covers_ignores_server_fields_but_not_edits() -> None:
@@ -126,15 +119,6 @@ def test_covers_ignores_server_fields_but_not_edits() -> None:
     edited = {"spec": {"replicas": 2, "template": {"containers": [{"name": "a", "args": ["y"]}]}}}
     assert not covers(desired, edited)
     assert not covers(desired, {"spec": {"replicas": 2, "template": {"containers": []}}})
-
-
-def test_status_patch_removes_dropped_keys_and_keeps_the_controllers_fields() -> None:
-    current = {
-        "speculativeConfig": {"enabled": True, "json": "{}"},
-        "lastDecision": {"action": "Keep"},
-    }
-    patch = _merge_patch({"speculativeConfig": {"enabled": False}}, current)
-    assert patch == {"speculativeConfig": {"enabled": False, "json": None}}
 
 
 def test_a_failure_is_reported_once_as_degraded() -> None:
