@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specops.dashboards._fleet import FLEET_UID, fleet
+from specops.dashboards._fleet import fleet
 from specops.dashboards._generate import (
     DASHBOARDS,
     iter_panels,
@@ -10,7 +10,8 @@ from specops.dashboards._generate import (
     stale_dashboards,
     write_dashboards,
 )
-from specops.dashboards._overview import OVERVIEW_UID, overview
+from specops.dashboards._overview import overview
+from specops.dashboards._panels import FLEET_UID, OVERVIEW_UID
 from specops.dashboards._preview import (
     PanelData,
     Series,

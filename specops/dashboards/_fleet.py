@@ -6,19 +6,21 @@ from grafana_foundation_sdk.builders import dashboard as db
 
 from specops.dashboards import _promql as q
 from specops.dashboards._panels import (
+    FLEET_UID,
+    OVERVIEW_UID,
     RATE,
     LabelColumn,
     Query,
     bar_gauge_panel,
+    dashboard_link,
     datasource_variable,
     label_variable,
     table_panel,
     timeseries_panel,
 )
 
-__all__ = ["FLEET_UID", "fleet"]
+__all__ = ["fleet"]
 
-FLEET_UID = "specops-fleet"
 SELECTOR = 'namespace=~"$namespace", service=~"$service"'
 BY_SERVICE = ("namespace", "service")
 LEGEND = "{{namespace}}/{{service}}"
@@ -61,6 +63,13 @@ def fleet() -> db.Dashboard:
         .time("now-6h", "now")
         .refresh("1m")
         .timezone("browser")
+        .link(
+            dashboard_link(
+                "Overview of one service",
+                OVERVIEW_UID,
+                "Acceptance, load, latency and decisions of one SpeculativeService",
+            )
+        )
         .with_variable(datasource_variable())
         .with_variable(
             label_variable(

@@ -6,18 +6,20 @@ from grafana_foundation_sdk.builders import dashboard as db
 
 from specops.dashboards import _promql as q
 from specops.dashboards._panels import (
+    FLEET_UID,
+    OVERVIEW_UID,
     RATE,
     Query,
     annotation,
+    dashboard_link,
     datasource_variable,
     label_variable,
     stat_panel,
     timeseries_panel,
 )
 
-__all__ = ["OVERVIEW_UID", "overview"]
+__all__ = ["overview"]
 
-OVERVIEW_UID = "specops-overview"
 SELECTOR = 'namespace="$namespace", service="$service"'
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -49,6 +51,11 @@ def overview() -> db.Dashboard:
         .time("now-1h", "now")
         .refresh("30s")
         .timezone("browser")
+        .link(
+            dashboard_link(
+                "Fleet", FLEET_UID, "Every SpeculativeService side by side, and what specops did"
+            )
+        )
         .annotation(annotation("Reconfigurations", reconfigurations, "orange"))
         .with_variable(datasource_variable())
         .with_variable(
@@ -178,11 +185,13 @@ def overview() -> db.Dashboard:
         )
         .with_panel(
             timeseries_panel(
-                "Queue and KV cache",
-                "Waiting requests and KV-cache use; a full cache means preemptions.",
+                "Queue, KV cache and preemptions",
+                "Waiting requests, KV-cache use and preemptions per second: a full cache "
+                "preempts, and a longer k reserves more of it; reconfigurations are marked.",
                 [
                     Query(f"sum({q.VLLM_WAITING}{{{SELECTOR}}})", "waiting requests"),
                     Query(f"max({q.VLLM_KV_CACHE_USAGE}{{{SELECTOR}}})", "max KV cache use"),
+                    Query(q.rate_sum(q.VLLM_PREEMPTIONS, SELECTOR, RATE), "preemptions/s"),
                 ],
                 unit="short",
                 minimum=0,
@@ -209,15 +218,90 @@ def overview() -> db.Dashboard:
             timeseries_panel(
                 "Acceptance per draft position",
                 "Fraction of drafts whose i-th token was accepted, over the drafts that "
-                "proposed one there: the sidecar's 5-minute estimate, corrected for the drafts "
-                "a per-batch-size table cuts short. It falls with the position.",
+                "proposed one there: the sidecar's estimate over each of its windows, "
+                "corrected for the drafts a per-batch-size table cuts short. It falls with the "
+                "position.",
                 [
                     Query(
-                        f'avg by (position) ({q.SIDECAR_PER_POSITION}{{{SELECTOR},window="300s"}})',
-                        "position {{position}}",
+                        f"avg by (position, window) ({q.SIDECAR_PER_POSITION}{{{SELECTOR}}})",
+                        "position {{position}}, {{window}} window",
                     )
                 ],
                 unit="percentunit",
+                minimum=0,
+            )
+        )
+        .with_row(db.Row("What the engines ran"))
+        .with_panel(
+            timeseries_panel(
+                "k the engines ran against the k configured",
+                "Drafted tokens per draft (num_draft_tokens / num_drafts): the k a step really "
+                "drafted on average, below the configured k where a per-batch-size table "
+                "drafts less at large batches.",
+                [
+                    Query(
+                        f"{q.rate_sum(q.VLLM_DRAFT_TOKENS, SELECTOR, RATE)} / "
+                        f"{q.rate_sum(q.VLLM_DRAFTS, SELECTOR, RATE)}",
+                        "k ran",
+                    ),
+                    Query(_gauge(q.SIDECAR_CONFIGURED_K), "k configured"),
+                ],
+                unit="short",
+                width=8,
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Acceptance rate",
+                "Accepted over drafted tokens, vLLM's own acceptance rate (not the per-token "
+                "alpha): it falls as k grows even when every position's acceptance holds.",
+                [
+                    Query(
+                        f"{q.rate_sum(q.VLLM_ACCEPTED, SELECTOR, RATE)} / "
+                        f"{q.rate_sum(q.VLLM_DRAFT_TOKENS, SELECTOR, RATE)}",
+                        "accepted / drafted",
+                    )
+                ],
+                unit="percentunit",
+                width=8,
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Draft tokens accepted and rejected",
+                "Tokens per second the drafts contributed to the output, and those the target "
+                "rejected: compute spent for nothing.",
+                [
+                    Query(q.rate_sum(q.VLLM_ACCEPTED, SELECTOR, RATE), "accepted"),
+                    Query(
+                        f"{q.rate_sum(q.VLLM_DRAFT_TOKENS, SELECTOR, RATE)} - "
+                        f"{q.rate_sum(q.VLLM_ACCEPTED, SELECTOR, RATE)}",
+                        "rejected",
+                    ),
+                ],
+                unit="suffix: tok/s",
+                width=8,
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Acceptance length per pod",
+                "1 + accepted tokens per draft, each pod on its own: one pod far from the "
+                "others serves other traffic, or runs another draft.",
+                [Query(q.acceptance_length(SELECTOR, RATE, ("pod",)), "{{pod}}")],
+                unit="none",
+                minimum=1,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Running requests per pod",
+                "Each engine's batch: the load the controller sets against the crossover.",
+                [Query(f"sum by (pod) ({q.VLLM_RUNNING}{{{SELECTOR}}})", "{{pod}}")],
+                unit="short",
                 minimum=0,
             )
         )
@@ -248,6 +332,51 @@ def overview() -> db.Dashboard:
                 "Generated tokens per second over all pods.",
                 [Query(q.rate_sum(q.VLLM_GENERATION_TOKENS, SELECTOR, RATE), "tokens/s")],
                 unit="suffix: tok/s",
+                width=8,
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Time to first token",
+                "Per-request TTFT quantiles: queueing and prefill, which drafting does not "
+                "speed up.",
+                _quantiles(q.VLLM_TTFT),
+                unit="s",
+                width=8,
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "End-to-end latency",
+                "Mean seconds from arrival to the last token: time queued plus time running.",
+                [
+                    Query(
+                        f"({q.rate_sum(f'{q.VLLM_QUEUE_TIME}_sum', SELECTOR, RATE)} + "
+                        f"{q.rate_sum(f'{q.VLLM_INFERENCE_TIME}_sum', SELECTOR, RATE)}) / "
+                        f"{q.rate_sum(f'{q.VLLM_INFERENCE_TIME}_count', SELECTOR, RATE)}",
+                        "mean",
+                    )
+                ],
+                unit="s",
+                width=8,
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
+                "Prefix-cache hit rate",
+                "Share of prompt tokens served from the prefix cache: prefill work saved, which "
+                "shortens TTFT and leaves more of each step to decoding.",
+                [
+                    Query(
+                        f"{q.rate_sum(q.VLLM_PREFIX_HITS, SELECTOR, RATE)} / "
+                        f"{q.rate_sum(q.VLLM_PREFIX_QUERIES, SELECTOR, RATE)}",
+                        "hit rate",
+                    )
+                ],
+                unit="percentunit",
                 width=8,
                 minimum=0,
             )

@@ -14,6 +14,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
+    DashboardLinkType,
     DataSourceRef,
     DataTransformerConfig,
     VariableHide,
@@ -25,11 +26,14 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 __all__ = [
     "DATASOURCE",
+    "FLEET_UID",
+    "OVERVIEW_UID",
     "RATE",
     "LabelColumn",
     "Query",
     "annotation",
     "bar_gauge_panel",
+    "dashboard_link",
     "datasource_variable",
     "label_variable",
     "stat_panel",
@@ -37,6 +41,9 @@ __all__ = [
     "timeseries_panel",
 ]
 
+# The dashboards' uids, which their links to each other name.
+OVERVIEW_UID = "specops-overview"
+FLEET_UID = "specops-fleet"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Grafana picks a window at least four scrape intervals long; rates use it everywhere.
 RATE = "$__rate_interval"
@@ -267,3 +274,17 @@ def table_panel(
     for index, query in enumerate(queries):
         panel = panel.with_target(_target(query, _ref_id(index), table=True))
     return panel
+
+
+def dashboard_link(title: str, uid: str, tooltip: str) -> db.DashboardLink:
+    """A link in the dashboard's header to another one, keeping the time range and the
+    variables (the namespace and service a reader was looking at)."""
+    return (
+        db.DashboardLink(title)
+        .type(DashboardLinkType.LINK)
+        .url(f"/d/{uid}")
+        .tooltip(tooltip)
+        .include_vars(True)
+        .keep_time(True)
+        .icon("dashboard")
+    )

@@ -39,11 +39,18 @@ __all__ = [
     "SIDECAR_RECOMMENDED_K",
     "VLLM_ACCEPTED",
     "VLLM_DRAFTS",
+    "VLLM_DRAFT_TOKENS",
     "VLLM_GENERATION_TOKENS",
+    "VLLM_INFERENCE_TIME",
     "VLLM_ITL",
     "VLLM_KV_CACHE_USAGE",
+    "VLLM_PREEMPTIONS",
+    "VLLM_PREFIX_HITS",
+    "VLLM_PREFIX_QUERIES",
+    "VLLM_QUEUE_TIME",
     "VLLM_RUNNING",
     "VLLM_TPOT",
+    "VLLM_TTFT",
     "VLLM_WAITING",
     "acceptance_length",
     "by_clause",
@@ -56,6 +63,13 @@ __all__ = [
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_PREEMPTIONS = "vllm:num_preemptions_total"
+VLLM_PREFIX_HITS = "vllm:prefix_cache_hits_total"
+VLLM_PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_QUEUE_TIME = "vllm:request_queue_time_seconds"
+VLLM_INFERENCE_TIME = "vllm:request_inference_time_seconds"
 VLLM_RUNNING = "vllm:num_requests_running"
 VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
