@@ -27,7 +27,14 @@ from specops_operator import FIELD_MANAGER, Kube
 
 from e2e.harness import EXAMPLE, Kubectl, Phases, Wait, apply, example, filled, plain
 from specops.api import GROUP, PLURAL, VERSION, crd, parse_service
-from specops.render import HASH_ANNOTATION, OWNER_UID_LABEL, RenderOptions, child_labels, plan
+from specops.render import (
+    HASH_ANNOTATION,
+    OWNER_UID_LABEL,
+    RenderOptions,
+    child_labels,
+    plan,
+    speculative_config_status,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -406,12 +413,14 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
         status = service["status"]
         assert status["observedGeneration"] == service["metadata"]["generation"]
         assert (status["replicas"], status["readyReplicas"]) == (2, 2)
-        assert _conditions(service) == {
+        # MetricsAvailable is the control loop's, written with its first decision (30 s in; no
+        # engine runs here to measure it): absent until then, False after.
+        assert {"MetricsAvailable": "False", **_conditions(service)} == {
             "Ready": "True",
             "Progressing": "False",
             "Degraded": "False",
             "SpeculationActive": "True",
-            "MetricsAvailable": "Unknown",
+            "MetricsAvailable": "False",
         }
 
         # Events on the service say what the operator did.
@@ -1068,6 +1077,96 @@ def test_a_forged_status_choice_is_refused_with_a_warning_and_rewritten(
     engine = _speculative_config(_engine_args(_deployment(api_client, namespace)))
     assert 1 <= engine["num_speculative_tokens"] <= 5
     assert engine["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+_WRITERS = ("specops-reconciler", "specops-controller")
+
+
+def _status_managers(service: Obj) -> dict[str, Obj]:
+    """Each field manager of the status subresource, and the status fields it owns."""
+    return {
+        m["manager"]: m["fieldsV1"].get("f:status", {})
+        for m in service["metadata"].get("managedFields") or []
+        if m.get("subresource") == "status"
+    }
+
+
+def _old_operators_status(doc: Obj) -> Obj:
+    """Status as an operator before the per-writer managers wrote it on creation: the spec's
+    day-zero table, not measured yet."""
+    wanted = plan(parse_service(doc), RenderOptions())
+    config = speculative_config_status(wanted.spec, wanted.speculation, "Spec")
+    stamp = "2026-01-01T00:00:00Z"
+    conditions = [
+        ("Ready", "False", "DeploymentMissing", "the Deployment does not exist yet"),
+        ("MetricsAvailable", "Unknown", "AwaitingController", "no measurements yet"),
+    ]
+    return {
+        "observedGeneration": 1,
+        "conditions": [
+            {"type": t, "status": v, "reason": r, "message": m, "lastTransitionTime": stamp}
+            for t, v, r, m in conditions
+        ],
+        "speculativeConfig": config.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    }
+
+
+def test_each_status_writer_has_a_field_manager_and_takes_over_an_older_operators_status(
+    api_client: client.ApiClient,
+    kubectl: Kubectl,
+    operator: OperatorProcess,
+    namespace: str,
+    tmp_path: Path,
+    wait: Wait,
+    phases: Phases,
+) -> None:
+    """An operator before the per-writer managers merge-patched all of status as one manager.
+    Once upgraded, the reconciler and the control loop hold status under a field manager each,
+    every condition with its one writer; what the old manager set and no writer sends any
+    more (the draft's json once speculation is off) is removed by the API server."""
+    doc = example(namespace)
+    operator.stop()
+    try:
+        apply(kubectl, tmp_path, doc)
+        old = json.dumps({"status": _old_operators_status(doc)})
+        kubectl(
+            "patch", "specsvc", NAME, "-n", namespace, "--subresource=status", "--type=merge",
+            f"--field-manager={FIELD_MANAGER}", "-p", old,
+        )  # fmt: skip
+        assert set(_status_managers(_service(api_client, namespace))) == {FIELD_MANAGER}
+    finally:
+        with phases("operator restart"):
+            operator.start()
+    # The control loop writes after its initial delay (30 s), with no engine to measure.
+    wait(lambda: "lastDecision" in _service(api_client, namespace)["status"], "a first decision")
+    wait(lambda: _converged(api_client, namespace), "the example to roll out")
+    service = _service(api_client, namespace)
+    managers = _status_managers(service)
+    assert set(managers) == set(_WRITERS), managers
+    reconciler, controller = (managers[w] for w in _WRITERS)
+    assert set(reconciler["f:conditions"]) == {
+        f'k:{{"type":"{t}"}}' for t in ("Ready", "Progressing", "Degraded", "SpeculationActive")
+    }
+    assert set(controller["f:conditions"]) == {'k:{"type":"MetricsAvailable"}'}
+    assert "f:speculativeConfig" in reconciler and "f:speculativeConfig" not in controller
+    assert {"f:lastDecision", "f:controller"} <= set(controller)
+    # kopf's own marks (its finalizer, the last handled spec) are metadata, never status.
+    for entry in service["metadata"]["managedFields"]:
+        assert "f:status" not in entry["fieldsV1"] or entry["manager"] in _WRITERS, entry
+    conditions = {c["type"]: c for c in service["status"]["conditions"]}
+    assert conditions["MetricsAvailable"]["reason"] != "AwaitingController"
+
+    change = [{"op": "replace", "path": "/spec/speculation/mode", "value": "Off"}]
+    kubectl("patch", "specsvc", NAME, "-n", namespace, "--type=json", "-p", json.dumps(change))
+
+    def off() -> bool:
+        now = _service(api_client, namespace)
+        observed = now["status"].get("observedGeneration") == now["metadata"]["generation"]
+        return observed and not now["status"]["speculativeConfig"]["enabled"]
+
+    wait(off, "status to report speculation off")
+    config = _service(api_client, namespace)["status"]["speculativeConfig"]
+    assert set(config) == {"enabled", "numSpeculativeTokens", "source", "specHash"}, config
 
 
 def test_an_operator_upgrade_brings_the_crd_to_its_schema(
