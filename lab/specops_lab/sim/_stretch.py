@@ -18,7 +18,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, overload
+from typing import Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -109,15 +109,16 @@ class LaneSteps:
     origin: Counts
 
     @classmethod
-    def of(cls, spans: Sequence[tuple[int, Lane, int, int]]) -> LaneSteps:
-        """Lanes by (lane id, lane, first step, decodes), each from its ``done`` on."""
-        counts = np.asarray([count for _, _, _, count in spans], dtype=np.int64)
-        if not spans:
+    def of(cls, ids: Counts, lanes: Sequence[Lane], first: Counts, counts: Counts) -> LaneSteps:
+        """Lanes ``lanes`` (lane ids ``ids``), each from its ``done`` on: ``counts``
+        decodes from step ``first``."""
+        if not lanes:
             empty = np.zeros(0, dtype=np.int64)
             return cls(empty, empty, empty, empty, empty, empty)
         # Each lane's n + 1 known points, one after another: low drops every lane's last,
         # high its first.
-        cum = np.concatenate([lane.cum[lane.done : lane.done + n + 1] for _, lane, _, n in spans])
+        pieces = zip(lanes, counts.tolist(), strict=True)
+        cum = np.concatenate([lane.cum[lane.done : lane.done + n + 1] for lane, n in pieces])
         ends = np.cumsum(counts + 1)
         low_keep = np.ones(cum.size, dtype=bool)
         low_keep[ends - 1] = False
@@ -125,15 +126,14 @@ class LaneSteps:
         high_keep[ends - counts - 1] = False
         low = cum[low_keep]
         high = cum[high_keep]
-        first = np.asarray([start for _, _, start, _ in spans], dtype=np.int64)
-        offsets = ends - counts - np.arange(1, len(spans) + 1)
+        offsets = ends - counts - np.arange(1, len(lanes) + 1)
         return cls(
-            lane=np.repeat(np.asarray([i for i, _, _, _ in spans], dtype=np.int64), counts),
+            lane=np.repeat(ids, counts),
             step=np.arange(low.size) + np.repeat(first - offsets, counts),
             low=low,
             high=high,
-            remaining=np.repeat(np.asarray([ln.remaining for _, ln, _, _ in spans]), counts),
-            origin=np.repeat(np.asarray([ln.context for _, ln, _, _ in spans]), counts),
+            remaining=np.repeat(np.asarray([lane.remaining for lane in lanes]), counts),
+            origin=np.repeat(np.asarray([lane.context for lane in lanes]), counts),
         )
 
     @property
@@ -170,22 +170,22 @@ class Plan:
     admitted: list[tuple[int, Entrant]]
     log: list[tuple[int, int, int]]
 
-    def decodes(self, lane: int, steps: int) -> int:
-        """How many of steps ``0 .. steps - 1`` the lane decodes in."""
-        last = self.finishes[lane] + 1
-        return min(last, self.preempted.get(lane, last), steps) - self.starts[lane]
-
     def all_decodes(self, steps: int) -> LaneSteps:
         """Every decode before ``steps``, lane by lane (the running lanes', then the admitted
-        lanes'), each lane's cut where it finishes or is preempted. Gathered afresh for the
-        steps asked: far cheaper than filtering the decodes of more steps."""
-        spans = []
-        for index, lane in enumerate(self.lanes):
-            if lane is not None:
-                count = self.decodes(index, steps)
-                if count > 0:
-                    spans.append((index, lane, self.starts[index], count))
-        return LaneSteps.of(spans)
+        lanes'): a lane decodes from its start to its finish or up to its preemption. Gathered
+        afresh for the steps asked, far cheaper than filtering the decodes of more steps, and
+        counted over all lanes at once (a lane finished by its first token, None, finishes
+        before it starts)."""
+        last = np.asarray(self.finishes, dtype=np.int64) + 1
+        if self.preempted:
+            lanes = np.fromiter(self.preempted, dtype=np.int64, count=len(self.preempted))
+            stops = np.fromiter(self.preempted.values(), dtype=np.int64, count=lanes.size)
+            last[lanes] = np.minimum(last[lanes], stops)
+        starts = np.asarray(self.starts, dtype=np.int64)
+        counts = np.minimum(last, steps) - starts
+        ids = np.flatnonzero(counts > 0)
+        decoding = [self.lanes[i] for i in ids.tolist()]
+        return LaneSteps.of(ids, cast(list[Lane], decoding), starts[ids], counts[ids])
 
 
 class _Blocks:
