@@ -167,8 +167,9 @@ def reconcile(
     ``body`` only names the service: once its turn is taken the object is read again, so a
     reconciliation renders and reports what the one before it (or the control loop) wrote,
     not the copy its trigger carried. ``choice`` is a new ``status.speculativeConfig`` the
-    control loop decided on: it is checked against the spec as any recorded choice is,
-    rendered, and recorded by this reconciliation, the one writer of that field.
+    control loop decided on: this reconciliation, the one writer of that field, records it
+    before it renders (an operator restarted in between renders it too), and it is checked
+    against the spec as any recorded choice is.
     """
     named: SpeculativeService = parse_service(body)
     namespace, name = named.metadata.namespace, named.metadata.name
@@ -178,10 +179,9 @@ def reconcile(
             return Outcome((), False)
         fresh, handed = _hand_over(kube, fresh)
         if choice is not None:
-            fresh = {
-                **fresh,
-                "status": {**(fresh.get("status") or {}), "speculativeConfig": choice},
-            }
+            owned = owned_status(fresh.get("status") or {}, Writer.RECONCILER)
+            recorded = status_apply(Writer.RECONCILER, {**owned, "speculativeConfig": choice})
+            fresh = kube.apply_status(fresh, recorded, Writer.RECONCILER)
         return _reconcile(kube, parse_service(fresh), fresh, options, post_event, now, handed)
 
 

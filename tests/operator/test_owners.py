@@ -29,7 +29,13 @@ from specops_operator._owners import (
 )
 
 from specops.api import ConditionType, SpeculativeServiceStatus, parse_service
-from specops.render import RenderOptions, apply_defaults, speculation_in_force
+from specops.policy import SpecConfig
+from specops.render import (
+    RenderOptions,
+    apply_defaults,
+    speculation_in_force,
+    speculative_config_status,
+)
 from tests.operator.kmock_env import server_side_apply
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
@@ -55,6 +61,7 @@ class _Store:
         self.service = service
         self.children: dict[tuple[str, str], Obj] = {}
         self.on_get: Callable[[], None] = lambda: None
+        self.writes: list[str] = []  # each write: a child's kind, or "status"
 
     def get_service(self, namespace: str, name: str) -> Obj:
         return copy.deepcopy(self.service)
@@ -64,6 +71,7 @@ class _Store:
         return copy.deepcopy(self.children.get((obj["kind"], obj["metadata"]["name"])))
 
     def apply(self, obj: Obj) -> Obj:
+        self.writes.append(obj["kind"])
         self.children[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
         return copy.deepcopy(obj)
 
@@ -71,6 +79,7 @@ class _Store:
         return False
 
     def apply_status(self, service: Obj, status: Obj, manager: str) -> Obj:
+        self.writes.append("status")
         self.service = server_side_apply(self.service, status, manager, VERSION)
         return copy.deepcopy(self.service)
 
@@ -167,6 +176,28 @@ def test_a_tick_planned_before_a_degraded_report_neither_drops_nor_reverts_it() 
     assert set(_conditions(store)) == set(CONDITION_OWNERS)
     managers = {m["manager"] for m in store.service["metadata"]["managedFields"]}
     assert managers == {Writer.RECONCILER, Writer.CONTROLLER}
+
+
+def test_the_loops_choice_is_recorded_before_the_deployment_is_rendered_with_it() -> None:
+    """Recorded first, a choice survives an operator stopped before the render: the next
+    reconciliation renders what status says. Rendered first, it would be rolled back."""
+    store = _Store(_example())
+    _reconcile(store)
+    spec = apply_defaults(parse_service(store.service).spec)
+    choice = speculative_config_status(spec, SpecConfig.static(5), "Controller")
+    store.writes.clear()
+    reconcile(
+        cast(Kube, store),
+        store.service,
+        RenderOptions(),
+        lambda *_: None,
+        choice=choice.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    )
+    assert store.writes[:2] == ["status", "Deployment"]
+    recorded = store.service["status"]["speculativeConfig"]
+    assert (recorded["source"], recorded["numSpeculativeTokens"]) == ("Controller", 5)
+    managers = {m["manager"] for m in store.service["metadata"]["managedFields"]}
+    assert managers == {Writer.RECONCILER}  # the control loop never writes it
 
 
 # The status an operator before the per-writer managers merge-patched, as the API server
