@@ -16,7 +16,7 @@ from typing import Any
 from specops import __version__
 from specops.api import SpeculativeServiceSpec
 from specops.policy import SpecConfig
-from specops.profiles import PerformanceProfile, find_profile
+from specops.profiles import PROFILES, PerformanceProfile, find_profile
 from specops.render._speculation import vllm_speculative_config
 
 __all__ = [
@@ -226,6 +226,7 @@ def performance_profile(spec: SpeculativeServiceSpec) -> PerformanceProfile | No
         spec.policy.performance_profile,
         model=spec.model,
         tensor_parallel_size=spec.engine.tensor_parallel_size,
+        gpu=spec.engine.gpu,
     )
 
 
@@ -260,8 +261,18 @@ def _sidecar_container(
         spec.speculation.method,
     ]
     profile = performance_profile(spec)
-    if profile is not None:
+    if profile is not None and profile.name in PROFILES:
         args += ["--profile", profile.name]
+    elif profile is not None and spec.engine.gpu is not None:
+        # A derived prior: the sidecar derives the same one from what it was derived from.
+        args += [
+            "--model",
+            spec.model,
+            "--gpu",
+            spec.engine.gpu,
+            "--tensor-parallel-size",
+            str(spec.engine.tensor_parallel_size),
+        ]
     if table_config is not None:
         args += ["--speculative-config", table_config]
     return {
