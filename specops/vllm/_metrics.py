@@ -187,6 +187,16 @@ ENGINE_METRICS: dict[str, MetricSpec] = {
             "Histogram of time spent in DECODE phase for request.",
             buckets="request_latency",
         ),
+        MetricSpec(
+            "vllm:prefix_cache_queries",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        ),
+        MetricSpec(
+            "vllm:prefix_cache_hits",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+        ),
     )
 }
 
@@ -211,14 +221,6 @@ OTHER_METRICS: dict[str, MetricSpec] = {
             "level 2.",
             labels=(*ENGINE_LABELS, "sleep_state"),
             label_values=("awake", "weights_offloaded", "discard_all"),
-        ),
-        MetricSpec(
-            "vllm:prefix_cache_queries",
-            _C,
-            "Prefix cache queries, in terms of number of queried tokens.",
-        ),
-        MetricSpec(
-            "vllm:prefix_cache_hits", _C, "Prefix cache hits, in terms of number of cached tokens."
         ),
         MetricSpec(
             "vllm:external_prefix_cache_queries",
