@@ -36,7 +36,9 @@ class Lane:
     the last step, generated tokens alike); ``steps``: the decode steps to the finish, the
     first j with ``cum[j] >= remaining``, or, while the walk has not got that far,
     ``len(cum)`` (past what is walked); ``done``: decode steps taken since the origin;
-    ``trace``: what the walk goes on from (None once it reaches the finish).
+    ``trace``: what the walk goes on from (None once it reaches the finish); ``shared``:
+    ``cum`` is a calibration row's walk from the start, the same array for every request
+    drawn from the row (so what is derived from it may be kept for the next).
     """
 
     cap: int
@@ -48,6 +50,7 @@ class Lane:
     context: int
     trace: Sequence[int] | npt.NDArray[np.int32] | None = None
     done: int = 0
+    shared: bool = False
 
     def fits(self, cap: int, pos: int, generated: int) -> bool:
         """Whether this lane is the walk of a request now at ``pos``/``generated``."""
@@ -145,7 +148,7 @@ def walk_lane(
     remaining = target - generated
     if shared and pos == 0:
         cum, finish = _shared_walk(trace, cap, remaining)
-        return Lane(cap, cum, finish, remaining, pos, generated, context)
+        return Lane(cap, cum, finish, remaining, pos, generated, context, shared=True)
     values = trace.tolist()
     cum = _walk(values, pos, cap, remaining, steps + _WALK_AHEAD)
     lane = Lane(cap, cum, 0, remaining, pos, generated, context, values)

@@ -50,6 +50,10 @@ Times = npt.NDArray[np.float64]
 # What happens to a request in a planned step (Plan.log).
 PREEMPTED, ADMITTED, FINISHED, ARRIVED = range(4)
 
+# (id(walk), context, lookahead, block) -> (the shared walk, kept so the id stays its own;
+# the KV blocks a request holds after each of its decode steps along it)
+_SHARED_BLOCKS: dict[tuple[int, int, int, int], tuple[Counts, Counts]] = {}
+
 
 @dataclass(frozen=True, slots=True)
 class Entrant:
@@ -232,11 +236,24 @@ class _Blocks:
         if self.held is None or count <= 0:
             return
         held = self.held[start : start + count]
-        blocks = self._limits.blocks(lane.cum[done : done + count], lane.context)
+        if lane.shared:
+            blocks = self._shared_blocks(lane)[done : done + count]
+        else:
+            blocks = self._limits.blocks(lane.cum[done : done + count], lane.context)
         if sign > 0:
             held += blocks
         else:
             held -= blocks
+
+    def _shared_blocks(self, lane: Lane) -> Counts:
+        """The blocks held along a shared walk, kept: many requests drawn from a row enter
+        with the same context and walk, and a stretch adds up each one's blocks."""
+        limits = self._limits
+        key = (id(lane.cum), lane.context, limits.lookahead, limits.block)
+        kept = _SHARED_BLOCKS.get(key)
+        if kept is None or kept[0] is not lane.cum:
+            kept = _SHARED_BLOCKS[key] = (lane.cum, limits.blocks(lane.cum, lane.context))
+        return kept[1]
 
     def recheck(self, start: int) -> None:
         """Where the cache is outgrown, found anew from ``start`` on (blocks were let go)."""
@@ -295,7 +312,7 @@ class _Planner:
         self.planned = Plan(k, horizon, lanes, [0] * len(lanes), finishes, {}, {}, [], [])
         self.log = self.planned.log
         self.blocks = _Blocks(limits, horizon)
-        # The running lanes as _add adds them, all at once (lane ids break ties in the heap).
+        # The running lanes as admit adds a lane, all at once (lane ids break ties in the heap).
         context = [lane.context + lane.remaining for lane in running_lanes]
         self.peaks: list[int] = limits.blocks(np.asarray(context, dtype=np.int64)).tolist()
         self.heap = [(finish, i) for i, finish in enumerate(finishes)]
@@ -313,16 +330,6 @@ class _Planner:
         if entrant is None:
             entrant = self.entrants[item] = self.requests.entrant(item, self.k + 1)
         return entrant
-
-    def _add(self, lane: Lane | None, start: int, finish: int, peak: int) -> None:
-        planned = self.planned
-        self.alive.add(len(planned.lanes))
-        self.admitted_order.append(len(planned.lanes))
-        heapq.heappush(self.heap, (finish, len(planned.lanes)))
-        planned.lanes.append(lane)
-        planned.starts.append(start)
-        planned.finishes.append(finish)
-        self.peaks.append(peak)
 
     def preempt(self, step: int) -> None:
         """As the scheduler: while the running requests outgrow the KV cache, the last
@@ -354,33 +361,46 @@ class _Planner:
 
     def admit(self, step: int) -> int | None:
         """Admit at ``step`` as the scheduler would; None where it would chunk a prefill."""
+        self.blocked = False
+        pending = self.pending
+        if not pending:  # the usual step: nothing queued
+            return 0
         limits = self.limits
         blocks = self.blocks
+        planned = self.planned
+        lanes = planned.lanes
         budget = limits.max_batched_tokens - self.in_flight * limits.lookahead
         taken = needed = longest = 0
-        self.blocked = False
-        while self.pending and taken < self.free_slots and budget > 0:
-            entrant = self._entrant(self.pending[0])
+        while pending and taken < self.free_slots and budget > 0:
+            entrant = self._entrant(pending[0])
             chunk = entrant.chunk
             if chunk > budget:
                 return None
-            peak = blocks.peak(entrant.lane, chunk)
-            blocks.expect(peak, self.planned)
+            lane = entrant.lane
+            peak = blocks.peak(lane, chunk)
+            blocks.expect(peak, planned)
             free = blocks.free(step)
             need = limits.blocks(chunk)
             if free is not None and need > free - needed:
                 blocks.most -= peak
                 self.blocked = True
                 break
-            self.pending.popleft()
+            pending.popleft()
             budget -= chunk
             needed += need
             taken += 1
-            lane = entrant.lane
+            # The lane joins: alive, the latest admitted, in the heap of finishes.
+            index = len(lanes)
             finish = step + (lane.steps if lane else 0)
-            self.planned.admitted.append((step, entrant))
-            self.log.append((step, ADMITTED, len(self.planned.lanes)))
-            self._add(lane, step + 1, finish, peak)
+            planned.admitted.append((step, entrant))
+            self.log.append((step, ADMITTED, index))
+            self.alive.add(index)
+            self.admitted_order.append(index)
+            heapq.heappush(self.heap, (finish, index))
+            lanes.append(lane)
+            planned.starts.append(step + 1)
+            planned.finishes.append(finish)
+            self.peaks.append(peak)
             if lane is not None:
                 count = min(finish + 1, self.horizon) - step - 1
                 blocks.hold(lane, step + 1, count, lane.done)
@@ -411,6 +431,9 @@ class _Planner:
     def run(self) -> Plan | None:
         step = 0
         end = self.horizon
+        # k_for gives the same k for as many scheduled (a settled rule's select only reads
+        # its state), and that number seldom changes from one step to the next.
+        agreed = -1
         while step < self.horizon:
             if not self.in_flight and not self.pending:  # the engine runs dry: no step
                 end = step
@@ -420,9 +443,14 @@ class _Planner:
                 self.preempt(step)
             decoding = self.in_flight
             taken = self.admit(step)
-            if taken is None or (decoding and self.k_for(decoding + taken) != self.k):
+            if taken is None:
                 end = step
                 break
+            if decoding and decoding + taken != agreed:
+                if self.k_for(decoding + taken) != self.k:
+                    end = step
+                    break
+                agreed = decoding + taken
             self.in_flight += taken
             self.free_slots -= taken
             ended = self.finish(step)
