@@ -363,7 +363,7 @@ class _Planner:
         """Admit at ``step`` as the scheduler would; None where it would chunk a prefill."""
         self.blocked = False
         pending = self.pending
-        if not pending:  # the usual step: nothing queued
+        if not pending:  # nothing queued, nothing to admit
             return 0
         limits = self.limits
         blocks = self.blocks
