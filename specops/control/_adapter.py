@@ -166,6 +166,17 @@ def _step_points(
     return sorted(points, key=lambda p: p.end)
 
 
+def _prefill_per_token(windows: Sequence[WindowObservation]) -> float:
+    """Prompt tokens per output token over the pods that count both (0 when none does)."""
+    rates = [
+        (w.outcome.prompt_tokens_per_second, w.outcome.output_tokens_per_second)
+        for w in windows
+        if w.outcome.prompt_tokens_per_second is not None and w.outcome.output_tokens_per_second
+    ]
+    output = sum(o for _, o in rates if o)
+    return sum(p for p, _ in rates if p is not None) / output if output > 0 else 0.0
+
+
 def _drafted_per_draft(windows: Sequence[WindowObservation]) -> float | None:
     """The k the engines ran, as vLLM counts it: draft tokens over drafts."""
     points = [p for w in windows for p in w.cost.points]
@@ -281,6 +292,7 @@ def service_window(
         accepted_per_position=accepted,
         pods_ready=pods_ready,
         cost_points=tuple(_step_points(used, context, bool(in_force.per_batch_size))),
+        prefill_per_token=_prefill_per_token(windows),
     )
     running = [
         (w.load.running.mean, float(w.load.running.samples)) for w in windows if w.load.running

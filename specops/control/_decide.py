@@ -190,7 +190,8 @@ class ControlInput:
     sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
     ``pods_ready`` says whether every pod runs the config in force and is Ready.
     ``problem`` says why there are no usable measurements at all (empty when there are).
-    ``cost_points`` are the window's measured steps, for the step-time posterior.
+    ``cost_points`` are the window's measured steps, for the step-time posterior;
+    ``prefill_per_token`` the prompt tokens computed per output token over it.
     """
 
     window_end: float
@@ -201,6 +202,7 @@ class ControlInput:
     pods_ready: bool = True
     problem: str = ""
     cost_points: tuple[StepPoint, ...] = ()
+    prefill_per_token: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -423,6 +425,7 @@ def _policy(
             load=regime.load,
             cost=cost,
             context_tokens=measured.context_tokens,
+            prefill_per_token=measured.prefill_per_token,
             current=state.config,
             objective=settings.objective,
             k_min=settings.k_min,
@@ -602,7 +605,7 @@ def _evaluate(
     choice = _policy(state, regime, acceptance, measured, service, cost, settings)
     # One speed model a posterior draw, shared by both looks at the draws (their memo too).
     models = tuple(
-        SpeedModel(cost, choice.acceptance, measured.context_tokens)
+        SpeedModel(cost, choice.acceptance, measured.context_tokens, measured.prefill_per_token)
         for cost in posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
     )
     likely, bands = _under_posterior(
@@ -612,6 +615,7 @@ def _evaluate(
         CostPosterior.of(service.cost, CostEvidence()).model(),
         choice.acceptance,
         measured.context_tokens,
+        measured.prefill_per_token,
     )
     prior_crossovers = crossovers(
         prior_model, tuple(c.k for c in choice.crossovers), service.max_batch

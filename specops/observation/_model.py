@@ -157,6 +157,9 @@ class OutcomeObservation(_Estimate):
     tpot: LatencyObservation | None = Field(None, description="Time per output token per request.")
     itl: LatencyObservation | None = Field(None, description="Inter-token latency.")
     output_tokens_per_second: float | None = None
+    prompt_tokens_per_second: float | None = Field(
+        None, description="Prompt tokens per second (vLLM's prompt_tokens counter)."
+    )
     requests_per_second: float | None = None
 
 

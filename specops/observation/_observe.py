@@ -338,6 +338,7 @@ def _outcome(intervals: Sequence[Interval], status: EstimateStatus) -> OutcomeOb
         tpot=_latency(intervals, Hist.TPOT),
         itl=_latency(intervals, Hist.ITL),
         output_tokens_per_second=tokens_per_second,
+        prompt_tokens_per_second=_rate(intervals, Counter.PROMPT_TOKENS),
         requests_per_second=_rate(intervals, Counter.REQUESTS),
     )
 
@@ -435,6 +436,9 @@ def _prediction(
         )
     load = BatchDistribution.from_samples(busy)
     cost = _priced(config.cost_model, prior, window.fit)
+    outcome = window.observation.outcome
+    prompts, outputs = outcome.prompt_tokens_per_second, outcome.output_tokens_per_second
+    prefill = prompts / outputs if prompts is not None and outputs else 0.0
     choice = choose(
         PolicyInput(
             acceptance=window.curve,
@@ -442,6 +446,7 @@ def _prediction(
             load=load,
             cost=cost,
             context_tokens=config.context_tokens_per_request,
+            prefill_per_token=prefill,
             current=config.speculation or SpecConfig.static(configured_k or 0),
             k_max=config.max_k,
             max_batch=config.max_batch,
@@ -449,7 +454,7 @@ def _prediction(
             one_k_reason=f"vLLM takes no per-batch-size table for method {config.method}",
         )
     )
-    model = SpeedModel(cost, window.curve, config.context_tokens_per_request)
+    model = SpeedModel(cost, window.curve, config.context_tokens_per_request, prefill)
     predictions = [
         predict(SpecConfig.static(k), load, model, Objective()) for k in range(config.max_k + 1)
     ]

@@ -78,11 +78,19 @@ class PointEstimate:
 
 @dataclass(frozen=True)
 class SpeedModel:
-    """Step cost plus acceptance at a context length: everything needed to predict a step."""
+    """Step cost plus acceptance at a context length: everything needed to predict a step.
+
+    ``prefill_per_token`` is the prompt tokens computed per output token (the window's
+    prompt over generated tokens). In steady state prompts enter as fast as requests
+    finish, so a step that emits ``B E(k)`` tokens also computes ``B E(k)`` times that
+    many prompt tokens (chunked prefill): at high load they are as many as the decode
+    tokens, and a k that emits more per step brings more prefill into each step too.
+    """
 
     cost: StepTime
     acceptance: AcceptanceCurve
     context_tokens: float
+    prefill_per_token: float = 0.0
     _memo: dict[tuple[int, int, bool], PointEstimate] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -92,10 +100,15 @@ class SpeedModel:
         key = (batch, k, table)
         found = self._memo.get(key)
         if found is None:
-            shape = StepShape(batch, k, round(batch * self.context_tokens), table=table)
-            found = PointEstimate(
-                batch, k, self.cost.step_time(shape), self.acceptance.expected_tokens(k)
+            tokens = self.acceptance.expected_tokens(k)
+            shape = StepShape(
+                batch,
+                k,
+                round(batch * self.context_tokens),
+                prefill_tokens=round(batch * tokens * self.prefill_per_token),
+                table=table,
             )
+            found = PointEstimate(batch, k, self.cost.step_time(shape), tokens)
             self._memo[key] = found
         return found
 
@@ -224,6 +237,7 @@ class PolicyInput:
     context_tokens: float
     current: SpecConfig
     objective: Objective = Objective()
+    prefill_per_token: float = 0.0
     k_min: int = 1
     k_max: int = 7
     max_batch: int = 256
@@ -290,7 +304,7 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         if inputs.drafts_seen > 0
         else inputs.acceptance
     )
-    model = SpeedModel(inputs.cost, curve, inputs.context_tokens)
+    model = SpeedModel(inputs.cost, curve, inputs.context_tokens, inputs.prefill_per_token)
     ks = inputs.candidate_ks
     cross = crossovers(model, ks, inputs.max_batch)
     off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)

@@ -224,3 +224,20 @@ def test_the_engines_counts_are_summed_not_a_sidecars_corrected_shares() -> None
     pod = pod.model_copy(update={"windows": [window.model_copy(update={"acceptance": corrected})]})
     observation = _window([pod]).control_input
     assert observation.accepted_per_position == (8000, 2560, 2048)
+
+
+def test_prompt_tokens_per_output_token_come_from_the_pods_counters() -> None:
+    def with_prompts(pod: str, prompt: float, output: float) -> PodObservation:
+        observation = pod_observation(pod, at=NOW, running=[8] * 30, tokens_per_second=output)
+        window = observation.windows[0]
+        outcome = window.outcome.model_copy(update={"prompt_tokens_per_second": prompt})
+        return observation.model_copy(
+            update={"windows": [window.model_copy(update={"outcome": outcome})]}
+        )
+
+    window = _window([with_prompts("a", 300.0, 1000.0), with_prompts("b", 900.0, 1000.0)])
+    assert window.control_input.prefill_per_token == pytest.approx(0.6)
+    assert (
+        _window([pod_observation("a", at=NOW, running=[8] * 30)]).control_input.prefill_per_token
+        == 0.0
+    )

@@ -171,3 +171,33 @@ def test_prediction_of_the_config_in_force() -> None:
 def test_bad_bounds_are_rejected() -> None:
     with pytest.raises(ValueError, match="k bounds"):
         _inputs({4: 1.0}, k_min=3, k_max=2)
+
+
+def test_prompts_entering_as_requests_finish_share_each_step_and_shrink_the_gain() -> None:
+    """At batch B a step emits B E(k) tokens, and in steady state brings in the prompts of as
+    many finished requests: ``prefill_per_token`` prompt tokens per output token."""
+    cost = StepCostModel(
+        t_fixed=5e-3, c_tok=2e-5, c_kv=0.0, t_overhead=1e-3, draft=DraftCost(t_fixed=2e-3)
+    )
+    curve = AcceptanceCurve((0.7, 0.45, 0.28))
+    shared = SpeedModel(cost, curve, 0.0, prefill_per_token=1.2)
+    point = shared.point(128, 3)
+    tokens = curve.expected_tokens(3)
+    assert point.step_s == pytest.approx(
+        cost.step_time(StepShape(128, 3, 0, prefill_tokens=round(128 * tokens * 1.2)))
+    )
+
+    def gain(rho: float) -> float:
+        inputs = PolicyInput(
+            acceptance=curve,
+            drafts_seen=100_000,
+            load=BatchDistribution.from_samples([128] * 50),
+            cost=cost,
+            context_tokens=0.0,
+            current=SpecConfig.static(3),
+            prefill_per_token=rho,
+            per_batch_size=False,
+        )
+        return choose(inputs).gain_over_off
+
+    assert gain(1.2) < 0.8 * gain(0.0)
