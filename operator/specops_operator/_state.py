@@ -147,6 +147,7 @@ def save_state(state: ControllerState) -> ControllerStatus:
         acceptance_drafts=state.acceptance_drafts,
         step_time_evidence=_evidence_status(state.cost_evidence),
         regime_lengths_seconds=list(state.regime_lengths),
+        past_regime_loads=[_load_runs(load) for load in state.past_loads],
     )
 
 
@@ -208,4 +209,8 @@ def _restored(saved: ControllerStatus) -> ControllerState:
         acceptance_drafts=saved.acceptance_drafts,
         cost_evidence=_evidence(saved.step_time_evidence),
         regime_lengths=tuple(saved.regime_lengths_seconds),
+        # Loads without lengths to match (edited, or an older operator's) are not used.
+        past_loads=tuple(_load(runs, 0) for runs in saved.past_regime_loads)
+        if len(saved.past_regime_loads) <= len(saved.regime_lengths_seconds)
+        else (),
     )

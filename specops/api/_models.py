@@ -951,6 +951,11 @@ class ControllerStatus(CrdModel):
     """The measured steps the step-time posterior has learned from."""
     regime_lengths_seconds: list[float] = Field(default=[], max_length=16)
     """How long the latest past load regimes lasted (the expected regime length)."""
+    past_regime_loads: list[Annotated[list[BatchWeight], Field(max_length=1024)]] = Field(
+        default=[], max_length=4
+    )
+    """The loads of the latest past regimes (the last of regimeLengthsSeconds), for the
+    recent mixture of loads one config may serve better than a restart per regime."""
 
 
 class SpeculativeServiceStatus(CrdModel):

@@ -59,6 +59,7 @@ __all__ = [
 _HOUR = 3600.0
 _DURATIONS_KEPT = 5
 _LENGTHS_KEPT = 16
+_LOADS_KEPT = 4
 
 
 class Mode(StrEnum):
@@ -228,6 +229,9 @@ class ControllerState:
     acceptance_drafts: float = 0.0
     cost_evidence: CostEvidence = field(default_factory=CostEvidence)
     regime_lengths: tuple[float, ...] = ()
+    past_loads: tuple[BatchDistribution, ...] = ()
+    """The loads of the last ``len(past_loads)`` past regimes, oldest first: the last of
+    ``regime_lengths`` are their lengths."""
 
     @classmethod
     def initial(cls, config: SpecConfig) -> ControllerState:
@@ -581,7 +585,11 @@ def _track(
     )
     if new_regime and state.regime is not None:
         ended = regime.started_at - state.regime.started_at
-        state = replace(state, regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:])
+        state = replace(
+            state,
+            regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:],
+            past_loads=(*state.past_loads, state.regime.load)[-_LOADS_KEPT:],
+        )
     state = replace(state, regime=regime)
     if window_curve is not None:
         state = replace(state, acceptance=window_curve, acceptance_drafts=measured.num_drafts)
@@ -624,7 +632,85 @@ def _evaluate(
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
     probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
     evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
-    return _probe_off(state, evaluation, regime.load, models, settings)
+    evaluation = _probe_off(state, evaluation, regime.load, models, settings)
+    return _over_the_mixture(
+        state, regime, evaluation, acceptance, measured, service, cost, settings
+    )
+
+
+def _mixed(spans: list[tuple[BatchDistribution, float]]) -> BatchDistribution:
+    """The loads of ``spans`` weighted by their seconds."""
+    weights: dict[int, float] = {}
+    for load, seconds in spans:
+        for batch, weight in load.weights:
+            weights[batch] = weights.get(batch, 0.0) + weight * seconds
+    return BatchDistribution.from_weights(weights, samples=sum(load.samples for load, _ in spans))
+
+
+def _over_the_mixture(
+    state: ControllerState,
+    regime: Regime,
+    evaluation: _Evaluation,
+    acceptance: tuple[AcceptanceCurve, float],
+    measured: ControlInput,
+    service: ServiceModel,
+    cost: LearnedCost,
+    settings: ControlSettings,
+) -> _Evaluation:
+    """The evaluation, or one config for the service's recent mixture of loads.
+
+    A change made for this regime is made again, the other way, when the load it left
+    comes back. Over the past regimes and this one (each for its seconds, this one for its
+    expected rest), the best config of each regime, with a restart (and the margin)
+    wherever it differs from the one before, is set against the one config best over all
+    of them: where the one config does as well, the alternation is served without
+    restarting each time, and the choice is that config, or the config in force when it is
+    that config.
+    """
+    choice = evaluation.choice
+    past = list(zip(state.past_loads, state.regime_lengths[-len(state.past_loads) :], strict=True))
+    if len(past) < 2 or evaluation.probe or choice.config == state.config:
+        return evaluation
+    spans = [*past, (regime.load, evaluation.horizon)]
+    model = SpeedModel(cost, choice.acceptance, measured.context_tokens, measured.prefill_per_token)
+
+    def value(config: SpecConfig, load: BatchDistribution) -> float:
+        return predict(config, load, model, settings.objective).value
+
+    def best(load: BatchDistribution) -> PolicyChoice:
+        return _policy(
+            state, replace(regime, load=load), acceptance, measured, service, cost, settings
+        )
+
+    bests = [best(load).config for load, _ in spans]
+    restart = settings.margin * _restart_cost(state, settings)
+    switching = sum(
+        seconds * value(c, load) for (load, seconds), c in zip(spans, bests, strict=True)
+    )
+    switching -= sum(
+        restart * value(c, load)
+        for (load, _), c, before in zip(spans[1:], bests[1:], bests[:-1], strict=True)
+        if c != before
+    )
+    mixed = best(_mixed(spans))
+    static = sum(seconds * value(mixed.config, load) for load, seconds in spans)
+    if static < switching:
+        return evaluation
+    in_force = sum(seconds * value(state.config, load) for load, seconds in spans)
+    gain = static / in_force - 1.0 if in_force > 0 else 0.0
+    words = (
+        f"one config for the recent mixture of loads ({len(past)} past regimes and this one, "
+        f"{sum(seconds for _, seconds in spans):.0f}s): it serves them "
+        f"{static / switching - 1.0:+.1%} against a change per regime, restarts included"
+    )
+    kept = replace(mixed, reason=f"{words}. {mixed.reason}")
+    return replace(
+        evaluation,
+        choice=kept,
+        likely=gain,
+        mean_gain=gain,
+        horizon=sum(seconds for _, seconds in spans),
+    )
 
 
 def _probe_off(

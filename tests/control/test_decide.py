@@ -261,3 +261,31 @@ def test_the_window_acceptance_is_corrected_for_the_positions_a_table_did_not_dr
     assert accepted[1] / drafts < 0.1  # what the raw share would say
     assert decision.window_acceptance is not None
     assert decision.window_acceptance.rates == pytest.approx(rates, rel=0.05)
+
+
+def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switching() -> None:
+    # One k (no table could serve both loads). Batch 1: drafting gains over 40 % over off; batch 32: off beats every k. Restarts of 30 s (x2
+    # margin) at each of two switches per 1200 s cycle cost more than k=3 gains at batch 1.
+    off = replace(
+        ControllerState.initial(SpecConfig.off()),
+        acceptance=AcceptanceCurve.geometric(0.5, 3),
+        acceptance_drafts=10_000.0,
+    )
+    measured = _window(0, [1] * 60, k=0)
+    alone = decide(off, measured, ONE_K, SETTINGS, 0)
+    assert alone.action is Action.RECONFIGURE and not alone.config.is_off
+    history = replace(
+        off,
+        regime_lengths=(600.0, 600.0, 600.0),
+        past_loads=(
+            BatchDistribution.constant(32),
+            BatchDistribution.constant(1),
+            BatchDistribution.constant(32),
+        ),
+    )
+    kept = decide(history, measured, ONE_K, SETTINGS, 0)
+    assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
+    assert "one config for the recent mixture of loads (3 past regimes and this one" in kept.reason
+    # With cheap restarts, switching per regime pays again.
+    cheap = decide(history, measured, ONE_K, replace(SETTINGS, restart_cost_s=1.0), 0)
+    assert cheap.action is Action.RECONFIGURE and cheap.config == alone.config

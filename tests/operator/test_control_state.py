@@ -83,6 +83,10 @@ def _full_state() -> ControllerState:
             cost_prior(StepCostModel(0.006, 2e-5, 4e-8, 1e-3, DraftCost(2e-3, 8e-7))),
         ),
         regime_lengths=(1800.0, 640.5),
+        past_loads=(
+            BatchDistribution.from_weights({6: 0.5, 8: 0.5}),
+            BatchDistribution.from_weights({190: 0.25, 192: 0.75}),
+        ),
     )
 
 
