@@ -517,16 +517,17 @@ def _first_admissions(
     requests: Requests, limits: Limits, waiting: int, slots: int, budget: int, held: int
 ) -> int | None:
     """How many waiting requests the first step admits (its k depends on it), found before
-    any lane is walked, as ``_Planner.admit`` finds them; None when it would chunk one."""
+    any lane is walked, as ``_Planner.admit`` finds them (a prefill that would be chunked
+    is seen before the KV blocks it needs); None when it would chunk one."""
     free_blocks = limits.kv_blocks - held
     count = 0
     while count < waiting and count < slots and budget > 0:
         chunk = requests.chunk(count)
+        if chunk > budget:
+            return None
         need = limits.blocks(chunk)
         if need > free_blocks:
             break
-        if chunk > budget:
-            return None
         budget -= chunk
         free_blocks -= need
         count += 1
