@@ -128,6 +128,53 @@ def _pods(api: client.ApiClient, namespace: str, name: str = NAME) -> list[clien
     return [p for p in pods if filled(p.metadata).deletion_timestamp is None]
 
 
+def _foreign_pod_is_left_out(
+    api: client.ApiClient, namespace: str, selector: dict[str, str], wait: Wait
+) -> None:
+    """A Ready pod no SpeculativeService owns, with the service's app labels, on a GPU node:
+    the Service's selector (what the endpoint controller selects by; pod IPs on loopback
+    cannot be endpoint addresses here) and the PDB's expected pods leave it out."""
+    core = client.CoreV1Api(api)
+    name = f"{NAME}-intruder"
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": child_labels(NAME)},
+        "spec": {
+            "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}],
+            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": {"type": "kwok"},
+        },
+    }
+    core.create_namespaced_pod(namespace, cast(client.V1Pod, pod))
+    try:
+
+        def ready() -> bool:
+            status = core.read_namespaced_pod(name, namespace).status
+            conditions = (status.conditions or []) if status is not None else []
+            return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+        wait(ready, "the foreign pod to be Ready")
+        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        selected = core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        names = {filled(p.metadata).name for p in selected}
+        assert name not in names and len(names) == 2, names
+        assert name in {filled(p.metadata).name for p in _pods(api, namespace)}
+        wait(
+            lambda: (
+                filled(
+                    client.PolicyV1Api(api)
+                    .read_namespaced_pod_disruption_budget(f"{NAME}-pdb", namespace)
+                    .status
+                ).expected_pods
+                == 2
+            ),
+            "the PDB to count its 2 pods",
+        )
+    finally:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
 def _conditions(obj: Obj) -> dict[str, str]:
     return {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
 
@@ -466,6 +513,21 @@ def test_example_rolls_out_with_status_printer_columns_explain_and_scale(
         )
         assert scale["spec"]["replicas"] == scale["status"]["replicas"] == 3
         assert scale["status"]["selector"] == _service(api_client, namespace)["status"]["selector"]
+    finally:
+        kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--timeout=60s")
+
+
+def test_a_foreign_pod_with_the_app_labels_joins_neither_the_service_nor_the_pdb(
+    api_client: client.ApiClient, kubectl: Kubectl, operator: OperatorProcess, wait: Wait
+) -> None:
+    namespace = "default"
+    try:
+        kubectl("apply", "-f", str(EXAMPLE))
+        wait(lambda: _converged(api_client, namespace), "the example to roll out")
+        selector = client.CoreV1Api(api_client).read_namespaced_service(NAME, namespace)
+        _foreign_pod_is_left_out(
+            api_client, namespace, filled(filled(selector.spec).selector), wait
+        )
     finally:
         kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--timeout=60s")
 
