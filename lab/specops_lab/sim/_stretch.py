@@ -177,9 +177,27 @@ class Plan:
     def all_decodes(self, steps: int) -> LaneSteps:
         """Every decode before ``steps``, lane by lane (the running lanes', then the admitted
         lanes'): a lane decodes from its start to its finish or up to its preemption. Gathered
-        afresh for the steps asked, far cheaper than filtering the decodes of more steps, and
-        counted over all lanes at once (a lane finished by its first token, None, finishes
-        before it starts)."""
+        afresh for the steps asked, far cheaper than filtering the decodes of more steps."""
+        return LaneSteps.of(*self._decoding(steps))
+
+    def blocks_held(self, limits: Limits, steps: int) -> Counts:
+        """KV blocks held in each of ``steps`` steps: each decode's context, as
+        ``all_decodes`` has it, in blocks and summed by step, with only that gathered."""
+        _, lanes, first, counts = self._decoding(steps)
+        if not lanes:
+            return np.zeros(steps, dtype=np.int64)
+        pieces = zip(lanes, counts.tolist(), strict=True)
+        low = np.concatenate([lane.cum[lane.done : lane.done + n] for lane, n in pieces])
+        origin = np.repeat(np.asarray([lane.context for lane in lanes]), counts)
+        offsets = np.cumsum(counts) - counts
+        step = np.arange(low.size) + np.repeat(first - offsets, counts)
+        held = np.bincount(step, limits.blocks(origin + low), minlength=steps)
+        return held.astype(np.int64)
+
+    def _decoding(self, steps: int) -> tuple[Counts, list[Lane], Counts, Counts]:
+        """The lanes that decode before ``steps``: their ids, lanes, first decode steps and
+        decodes, counted over all lanes at once (a lane finished by its first token, None,
+        finishes before it starts)."""
         last = np.asarray(self.finishes, dtype=np.int64) + 1
         if self.preempted:
             lanes = np.fromiter(self.preempted, dtype=np.int64, count=len(self.preempted))
@@ -189,7 +207,7 @@ class Plan:
         counts = np.minimum(last, steps) - starts
         ids = np.flatnonzero(counts > 0)
         decoding = [self.lanes[i] for i in ids.tolist()]
-        return LaneSteps.of(ids, cast(list[Lane], decoding), starts[ids], counts[ids])
+        return ids, cast(list[Lane], decoding), starts[ids], counts[ids]
 
 
 class _Blocks:
@@ -222,11 +240,7 @@ class _Blocks:
         """A request that will hold at most ``peak`` joins: count blocks if it may not fit."""
         self.most += peak
         if self.held is None and self.most > self._limits.kv_blocks:
-            decodes = planned.all_decodes(self._horizon)
-            held = np.bincount(
-                decodes.step, self._limits.blocks(decodes.context), minlength=self._horizon
-            )
-            self.held = held.astype(np.int64)
+            self.held = planned.blocks_held(self._limits, self._horizon)
             self.check(0)
 
     def hold(self, lane: Lane, start: int, count: int, done: int, sign: int = 1) -> None:
