@@ -94,7 +94,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
             )
             for i, url in enumerate(engines)
         ]
-        stack.callback(lambda: [p.kill() for p in loads])
+        for load in loads:
+            stack.callback(load.kill)
         time.sleep(WINDOW_S + 10)
         yield prometheus, engines
 

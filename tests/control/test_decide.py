@@ -264,8 +264,9 @@ def test_the_window_acceptance_is_corrected_for_the_positions_a_table_did_not_dr
 
 
 def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switching() -> None:
-    # One k (no table could serve both loads). Batch 1: drafting gains over 40 % over off; batch 32: off beats every k. Restarts of 30 s (x2
-    # margin) at each of two switches per 1200 s cycle cost more than k=3 gains at batch 1.
+    # One k (no table could serve both loads). Batch 1: drafting gains over 40 % over off;
+    # batch 32: off beats every k. Restarts of 30 s (x2 margin) at each of two switches per
+    # 1200 s cycle cost more than drafting gains at batch 1.
     off = replace(
         ControllerState.initial(SpecConfig.off()),
         acceptance=AcceptanceCurve.geometric(0.5, 3),
