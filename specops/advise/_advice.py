@@ -31,7 +31,7 @@ from specops.control import (
 from specops.errors import SpecValidationError
 from specops.observation import PodObservation, WindowObservation
 from specops.policy import Crossover, SpecConfig
-from specops.vllm import METHODS_NEEDING_DRAFT_MODEL, SpeculativeConfig
+from specops.vllm import METHODS_NEEDING_DRAFT_MODEL, SpeculativeConfig, json_object
 
 __all__ = [
     "Advice",
@@ -153,15 +153,8 @@ def speculation_given(text: str) -> tuple[dict[str, object], SpecConfig | None, 
     """A --speculative-config as the user runs it (or would, with speculation off now): the
     JSON object, its k and table (None without ``num_speculative_tokens``: the counters
     then say), and its method. Keys specops does not set are kept, unchecked."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecValidationError(f"--speculative-config is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise SpecValidationError("--speculative-config must be a JSON object")
-    known = SpeculativeConfig.model_fields
-    ours = {k: v for k, v in raw.items() if k.replace("-", "_") in known}
-    config = SpeculativeConfig.from_json(json.dumps(ours))
+    raw = json_object(text)
+    config = SpeculativeConfig.from_object(raw, known_only=True)
     in_force = config.in_force() if config.num_speculative_tokens is not None else None
     return raw, in_force, config.canonical_method if config.method else None
 

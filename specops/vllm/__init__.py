@@ -43,6 +43,7 @@ from specops.vllm._speculative_config import (
     SpeculationMethod,
     SpeculativeConfig,
     VllmMethod,
+    json_object,
     table_applies,
 )
 
@@ -74,6 +75,7 @@ __all__ = [
     "flag_pattern",
     "flag_value",
     "full_flag",
+    "json_object",
     "release_bucket_families",
     "release_finish_reasons",
     "release_label_values",

@@ -208,17 +208,31 @@ class SpeculativeConfig(BaseModel):
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig:
         """Parse ``--speculative-config`` JSON; vLLM's hyphenated keys are accepted too."""
+        return cls.from_object(json_object(text))
+
+    @classmethod
+    def from_object(cls, raw: dict[str, object], *, known_only: bool = False) -> SpeculativeConfig:
+        """A parsed ``--speculative-config``; ``known_only`` ignores the keys specops does not
+        set (vLLM has many more), which are otherwise refused."""
+        keys = {key.replace("-", "_"): value for key, value in raw.items()}
+        if known_only:
+            keys = {key: value for key, value in keys.items() if key in cls.model_fields}
         try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecValidationError(f"--speculative-config is not valid JSON: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise SpecValidationError("--speculative-config must be a JSON object")
-        try:
-            return cls.model_validate({key.replace("-", "_"): value for key, value in raw.items()})
+            return cls.model_validate(keys)
         except ValidationError as exc:
             details = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
                 for err in exc.errors()
             )
             raise SpecValidationError(f"invalid --speculative-config: {details}") from exc
+
+
+def json_object(text: str) -> dict[str, object]:
+    """``--speculative-config`` text as a JSON object, or an error saying what is wrong."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecValidationError(f"--speculative-config is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SpecValidationError("--speculative-config must be a JSON object")
+    return raw

@@ -39,6 +39,16 @@ K = 3
 CONCURRENCY = 12
 PROFILE = get_profile("llama3.1-8b-h100")
 SOURCE = SourceObservation(kind="direct", target="sim", up=True)
+SPEC = WorkloadSpec(
+    name="fixed",
+    components={
+        "only": ParametricComponent(
+            network=CONDITIONAL,
+            prompt_len=LengthDistribution(mean=200),
+            output_len=LengthDistribution(mean=300),
+        )
+    },
+)
 
 
 def true_expected(k: int) -> float:
@@ -58,16 +68,6 @@ class Run:
 @pytest.fixture(scope="module")
 def run() -> Run:
     """Closed loop at fixed concurrency for 150 virtual seconds, read every 15 s."""
-    spec = WorkloadSpec(
-        name="fixed",
-        components={
-            "only": ParametricComponent(
-                network=CONDITIONAL,
-                prompt_len=LengthDistribution(mean=200),
-                output_len=LengthDistribution(mean=300),
-            )
-        },
-    )
     config = EngineConfig(
         served_model_name="m",
         speculative=parse_speculative_config(
@@ -75,7 +75,7 @@ def run() -> Run:
         ),
     )
     # The additive truth is the profile's own cost model: the fit can recover it exactly.
-    engine = SimulatedEngine(Workload(spec, seed=1), config, truth=load_truth("additive-8b-h100"))
+    engine = SimulatedEngine(Workload(SPEC, seed=1), config, truth=load_truth("additive-8b-h100"))
     for _ in range(CONCURRENCY):
         engine.add_request()
     snapshots: list[Snapshot] = []
@@ -148,16 +148,6 @@ TABLE = "[[1, 16, 3], [17, 64, 1]]"
 def table_run() -> list[Snapshot]:
     """A per-batch-size table drafting 3 up to batch 16 and 1 above, under a load that
     moves between 8 and 24 running requests every 30 s; read every 5 s for 300 s."""
-    spec = WorkloadSpec(
-        name="fixed",
-        components={
-            "only": ParametricComponent(
-                network=CONDITIONAL,
-                prompt_len=LengthDistribution(mean=200),
-                output_len=LengthDistribution(mean=300),
-            )
-        },
-    )
     config = EngineConfig(
         served_model_name="m",
         speculative=parse_speculative_config(
@@ -165,7 +155,7 @@ def table_run() -> list[Snapshot]:
             f'"num_speculative_tokens_per_batch_size": {TABLE}}}'
         ),
     )
-    engine = SimulatedEngine(Workload(spec, seed=2), config, truth=load_truth("additive-8b-h100"))
+    engine = SimulatedEngine(Workload(SPEC, seed=2), config, truth=load_truth("additive-8b-h100"))
     snapshots: list[Snapshot] = []
     next_reading = 0.0
     in_flight = 0

@@ -102,6 +102,18 @@ def _status(kmock: Any) -> dict[str, Any]:
     return status
 
 
+async def _reconfigured(kmock: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """Create the service, wait for the loop to reconfigure it, and return the recorded config."""
+    async with kmock.post(SVC_PATH, json=body) as response:
+        assert response.status in (200, 201)
+    await eventually(lambda: _decision(kmock) in RECONFIGURED, "reconf")
+    await eventually(
+        lambda: _status(kmock)["speculativeConfig"]["source"] == "Controller", "recorded"
+    )
+    config: dict[str, Any] = _status(kmock)["speculativeConfig"]
+    return config
+
+
 def _decision(kmock: Any) -> tuple[str, str] | None:
     last = _status(kmock).get("lastDecision")
     return (last["action"], last["reasonCode"]) if last else None
@@ -313,13 +325,7 @@ async def test_with_data_parallel_engines_the_loop_chooses_one_k(
     body = _body()
     body["spec"]["engine"]["extraArgs"] = ["--data-parallel-size", "2"]
     async with run_operator(kmock, tmp_path, monkeypatch, memo):
-        async with kmock.post(SVC_PATH, json=body) as response:
-            assert response.status in (200, 201)
-        await eventually(lambda: _decision(kmock) in RECONFIGURED, "reconf")
-        await eventually(
-            lambda: _status(kmock)["speculativeConfig"]["source"] == "Controller", "recorded"
-        )
-        config = _status(kmock)["speculativeConfig"]
+        config = await _reconfigured(kmock, body)
         assert config["numSpeculativeTokens"] > 3 and not config.get("schedule")
         await eventually(
             lambda: (
@@ -382,13 +388,7 @@ async def test_each_writer_owns_its_status_fields_also_on_an_object_an_older_ope
     body = _old_operators_status(_body())
     assert body["status"]["speculativeConfig"]["schedule"]  # the example starts on a table
     async with run_operator(kmock, tmp_path, monkeypatch, memo):
-        async with kmock.post(SVC_PATH, json=body) as response:
-            assert response.status in (200, 201)
-        await eventually(lambda: _decision(kmock) in RECONFIGURED, "reconf")
-        await eventually(
-            lambda: _status(kmock)["speculativeConfig"]["source"] == "Controller", "recorded"
-        )
-        config = _status(kmock)["speculativeConfig"]
+        config = await _reconfigured(kmock, body)
         assert config["numSpeculativeTokens"] > 3 and "schedule" not in config
         managers = _status_managers(kmock)
         assert set(managers) == {"specops-reconciler", "specops-controller"}
