@@ -46,7 +46,7 @@ import numpy.typing as npt
 from specops.errors import EngineConfigError, SpecValidationError
 from specops.profiles import DraftFamily, draft_family
 from specops.vllm import DYNAMIC_SCHEDULE_METHODS, SpeculativeConfig
-from specops_lab.sim._lanes import Lane, walk_lane, walk_lanes
+from specops_lab.sim._lanes import Lane, row_lane, walk_lane, walk_lanes
 from specops_lab.sim._metrics import EngineMetrics, MetricsRecorder
 from specops_lab.sim._noise import StepNoise
 from specops_lab.sim._stretch import (
@@ -765,42 +765,62 @@ class SimulatedEngine:
         return [lane for lane in lanes if lane is not None]
 
     def _walk_stale(self, slots: list[int], cap: int, horizon: int) -> list[Lane]:
-        """The lanes of the requests in ``slots`` walked afresh (and kept): together, whose
-        cost is numpy calls per step walked, or one by one where they are few."""
+        """The lanes of the requests in ``slots`` walked afresh (and kept): from their rows'
+        walks where they are on them, the others together, whose cost is numpy calls per
+        step walked, or one by one where they are few."""
         requests = []
         for slot in slots:
             request = self._slot_request[slot]
             assert request is not None
             requests.append(request)
-        if len(slots) < _WALK_TOGETHER:
-            fresh = [
-                walk_lane(
-                    request.trace,
-                    shared=request.shared,
-                    pos=int(self._pos[slot]),
-                    generated=int(self._gen[slot]),
-                    context=int(self._ctx[slot]),
-                    target=request.target,
+        pos = self._pos[slots].tolist()
+        generated = self._gen[slots].tolist()
+        context = self._ctx[slots].tolist()
+        fresh = [
+            row_lane(
+                request.trace,
+                pos=pos[i],
+                generated=generated[i],
+                context=context[i],
+                target=request.target,
+                cap=cap,
+            )
+            if request.shared
+            else None
+            for i, request in enumerate(requests)
+        ]
+        rest = [i for i, lane in enumerate(fresh) if lane is None]
+        if len(rest) < _WALK_TOGETHER:
+            for i in rest:
+                fresh[i] = walk_lane(
+                    requests[i].trace,
+                    shared=False,
+                    pos=pos[i],
+                    generated=generated[i],
+                    context=context[i],
+                    target=requests[i].target,
                     cap=cap,
                     steps=horizon,
                 )
-                for slot, request in zip(slots, requests, strict=True)
-            ]
         else:
-            fresh = walk_lanes(
-                self._trace[slots],
-                self._tlen[slots],
-                pos=self._pos[slots],
-                generated=self._gen[slots],
-                context=self._ctx[slots],
-                target=self._target[slots],
+            at = [slots[i] for i in rest]
+            together = walk_lanes(
+                self._trace[at],
+                self._tlen[at],
+                pos=self._pos[at],
+                generated=self._gen[at],
+                context=self._ctx[at],
+                target=self._target[at],
                 cap=cap,
                 steps=horizon,
-                originals=[request.trace for request in requests],
+                originals=[requests[i].trace for i in rest],
             )
-        for slot, lane in zip(slots, fresh, strict=True):
+            for i, lane in zip(rest, together, strict=True):
+                fresh[i] = lane
+        walked = cast(list[Lane], fresh)
+        for slot, lane in zip(slots, walked, strict=True):
             self._lanes[slot] = lane
-        return fresh
+        return walked
 
     def _entrant(self, request: _Request, cap: int, horizon: int) -> Entrant:
         chunk = request.prompt_len + request.generated

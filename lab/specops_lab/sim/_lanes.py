@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Lane", "walk_lane", "walk_lanes"]
+__all__ = ["Lane", "row_lane", "walk_lane", "walk_lanes"]
 
 Tokens = npt.NDArray[np.int64]
 
@@ -144,16 +144,37 @@ def walk_lane(
     steps: int,
 ) -> Lane:
     """The lane of a decoding request at ``pos`` with ``generated`` of ``target`` tokens,
-    walked at least ``steps`` decode steps ahead (a shared trace's: to the finish)."""
+    walked at least ``steps`` decode steps ahead (a shared trace's: to the finish, where
+    ``row_lane`` finds it)."""
+    if shared:
+        lane = row_lane(
+            trace, pos=pos, generated=generated, context=context, target=target, cap=cap
+        )
+        if lane is not None:
+            return lane
     remaining = target - generated
-    if shared and pos == 0:
-        cum, finish = _shared_walk(trace, cap, remaining)
-        return Lane(cap, cum, finish, remaining, pos, generated, context, shared=True)
     values = trace.tolist()
     cum = _walk(values, pos, cap, remaining, steps + _WALK_AHEAD)
     lane = Lane(cap, cum, 0, remaining, pos, generated, context, values)
     lane._settle()
     return lane
+
+
+def row_lane(
+    trace: npt.NDArray[np.int32], *, pos: int, generated: int, context: int, target: int, cap: int
+) -> Lane | None:
+    """The lane of a request drawn from a calibration row (its trace shared), from the row's
+    walk: the walk itself at ``pos`` 0, else the rest of it from ``pos`` (a walk goes on
+    from a position alike however it got there); None where ``pos`` is off the walk (the
+    request's k changed on the way)."""
+    remaining = target - generated
+    cum, finish = _shared_walk(trace, cap, pos + remaining)
+    if pos == 0:
+        return Lane(cap, cum, finish, remaining, pos, generated, context, shared=True)
+    at = int(cum.searchsorted(pos))
+    if cum[at] != pos:
+        return None
+    return Lane(cap, cum[at:] - pos, finish - at, remaining, pos, generated, context)
 
 
 def walk_lanes(
