@@ -168,13 +168,12 @@ def _step_points(
 
 def _prefill_per_token(windows: Sequence[WindowObservation]) -> float:
     """Prompt tokens per output token over the pods that count both (0 when none does)."""
-    rates = [
-        (w.outcome.prompt_tokens_per_second, w.outcome.output_tokens_per_second)
-        for w in windows
-        if w.outcome.prompt_tokens_per_second is not None and w.outcome.output_tokens_per_second
-    ]
-    output = sum(o for _, o in rates if o)
-    return sum(p for p, _ in rates if p is not None) / output if output > 0 else 0.0
+    prompts = output = 0.0
+    for w in windows:
+        prompt, out = w.outcome.prompt_tokens_per_second, w.outcome.output_tokens_per_second
+        if prompt is not None and out:
+            prompts, output = prompts + prompt, output + out
+    return prompts / output if output > 0 else 0.0
 
 
 def _drafted_per_draft(windows: Sequence[WindowObservation]) -> float | None:

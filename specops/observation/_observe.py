@@ -130,17 +130,22 @@ class _EqualSteps:
         return 1.0
 
 
+def _busy_load(running: Sequence[float]) -> BatchDistribution | None:
+    """The batch-size distribution of the samples with a running request; None when idle."""
+    busy = [round(b) for b in running if round(b) > 0]
+    return BatchDistribution.from_samples(busy) if busy else None
+
+
 def _reach(
-    config: ObserverConfig, running: Sequence[float], cost: StepCostModel | None
+    config: ObserverConfig, load: BatchDistribution | None, cost: StepCostModel | None
 ) -> tuple[float, ...] | None:
     """The share of drafts that reached each position, when a table cut some short."""
     speculation = config.speculation
-    busy = [round(b) for b in running if round(b) > 0]
-    if speculation is None or not speculation.per_batch_size or not busy:
+    if speculation is None or not speculation.per_batch_size or load is None:
         return None
     return draft_reach(
         speculation,
-        BatchDistribution.from_samples(busy),
+        load,
         cost if cost is not None else _EqualSteps(),
         config.context_tokens_per_request,
     )
@@ -353,7 +358,7 @@ def _stale_reason(status: EstimateStatus) -> str:
 class _Window:
     observation: WindowObservation
     curve: AcceptanceCurve | None
-    running: Sequence[float]
+    load: BatchDistribution | None
     fit: StepTimeFit | None
 
 
@@ -387,17 +392,17 @@ def _window(
                 outcome=OutcomeObservation(status=_UNKNOWN, reason=reason),
             ),
             None,
-            (),
+            None,
             None,
         )
     cost, fit = _cost(intervals, prior, status)
-    running = _per_engine(inside, Gauge.RUNNING)
+    load = _busy_load(_per_engine(inside, Gauge.RUNNING))
     priced = (
         _priced(config.cost_model, prior, fit)
         if config.cost_model is not None and prior is not None
         else None
     )
-    reach = _reach(config, running, priced)
+    reach = _reach(config, load, priced)
     acceptance, curve = _acceptance(intervals, positions, config.max_k, status, reach)
     observation = WindowObservation(
         window_seconds=length,
@@ -409,7 +414,7 @@ def _window(
         cost=cost,
         outcome=_outcome(intervals, status),
     )
-    return _Window(observation, curve, running, fit)
+    return _Window(observation, curve, load, fit)
 
 
 def _priced(model: StepCostModel, prior: StepTimePrior, fit: StepTimeFit | None) -> StepCostModel:
@@ -429,12 +434,11 @@ def _prediction(
         return PredictionObservation(status=_UNKNOWN, reason="no performance profile given")
     if window.curve is None:
         return PredictionObservation(status=_UNKNOWN, reason=f"acceptance: {acceptance.reason}")
-    busy = [round(b) for b in window.running if round(b) > 0]
-    if not busy:
+    load = window.load
+    if load is None:
         return PredictionObservation(
             status=_UNKNOWN, reason=f"no running requests in the last {length:g}s"
         )
-    load = BatchDistribution.from_samples(busy)
     cost = _priced(config.cost_model, prior, window.fit)
     outcome = window.observation.outcome
     prompts, outputs = outcome.prompt_tokens_per_second, outcome.output_tokens_per_second
