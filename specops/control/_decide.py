@@ -682,7 +682,8 @@ def _over_the_mixture(
             state, replace(regime, load=load), acceptance, measured, service, cost, settings
         )
 
-    bests = [best(load).config for load, _ in spans]
+    # This regime's best is the choice already made for it.
+    bests = [*(best(load).config for load, _ in past), choice.config]
     restart = settings.margin * _restart_cost(state, settings)
     switching = sum(
         seconds * value(c, load) for (load, seconds), c in zip(spans, bests, strict=True)
