@@ -734,8 +734,9 @@ def _probe_off(
     experiment is worth it under the posterior draws (``models``): what off may gain over
     the choice through the expected regime (the draws' mean where it wins) beats the
     restart (with the margin) and what it may lose until it can be taken back (the mean
-    where it loses, over the minimum dwell). Its windows measure the target alone, and a
-    worse result is taken back.
+    where it loses, over the minimum dwell). Where the choice restarts the pods anyway,
+    the restart off adds is the one that takes it back, paid in the draws where it loses.
+    Its windows measure the target alone, and a worse result is taken back.
     """
     choice = evaluation.choice
     if state.config.is_off or choice.config.is_off or 0 in state.cost_evidence.ks:
@@ -759,6 +760,10 @@ def _probe_off(
     may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.horizon
     may_lose = sum(max(-g, 0.0) for g in over_choice) / len(models) * settings.min_dwell_s
     restart = settings.margin * _restart_cost(state, settings)
+    if choice.config != state.config:
+        # The choice restarts too: off costs a restart more only where it loses and is
+        # taken back.
+        restart *= sum(1 for g in over_choice if g < 0.0) / len(models)
     if upside < settings.min_gain or may_gain <= restart + may_lose:
         return evaluation
     probe = replace(
