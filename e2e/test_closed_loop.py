@@ -190,6 +190,92 @@ def test_load_moves_k_through_new_pods_with_status_and_events(
     assert load.driver.completed > 0
 
 
+def test_with_two_replicas_a_canary_measures_the_change_before_the_fleet_follows(
+    api_client: client.ApiClient,
+    namespace: str,
+    operator: OperatorProcess,
+    runner: PodRunnerProcess,
+    wait: Wait,
+) -> None:
+    """One pod of two runs the controller's choice and gets its share of the requests
+    through the Service; the operator compares the two on that load over its windows, then
+    rolls the fleet or takes the canary back, and says so in status and Events."""
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    service = demo_service(
+        yaml.safe_load(EXAMPLE.read_text()),
+        DemoOptions(namespace=namespace, profile=PROFILE, metrics_source="Direct"),
+        runner.state().prometheus_url or "",
+    )
+    service["spec"]["replicas"] = 2
+    service["spec"]["policy"]["canary"] = {"windows": 2, "maxWindows": 4}
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
+
+    def status() -> Obj:
+        found = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
+        assert isinstance(found, dict)
+        return dict(found.get("status") or {})
+
+    def deployment(name: str) -> Obj | None:
+        try:
+            return plain(api_client, apps.read_namespaced_deployment(name, namespace))
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def ks() -> list[int]:
+        pods = runner.state().service_pods(namespace, NAME)
+        return sorted(_engine_k(p.speculative_config) for p in pods if p.ready)
+
+    wait(lambda: ks() == [3, 3], "two pods running k=3 (the spec's initial k)")
+    url = runner.state().service_url(namespace, NAME)
+    assert url is not None
+    load = _Load(url, str(service["spec"]["servedModelName"]))
+    try:
+        load.level = LOW
+        wait(lambda: "canary" in status().get("controller", {}), f"a canary at {LOW} in flight")
+        started = status()
+        canary_k = started["controller"]["canary"]["speculativeConfig"]["numSpeculativeTokens"]
+        assert canary_k != 3
+        assert started["lastDecision"]["action"] == "Canary"
+        assert started["speculativeConfig"]["numSpeculativeTokens"] == 3  # the fleet stays
+        wait(
+            lambda: ks() == sorted([3, canary_k]), f"one pod on k=3 and the canary on k={canary_k}"
+        )
+        wait(
+            lambda: (
+                (status()["lastDecision"].get("canary") or {}).get("verdict")
+                in ("Promoted", "RolledBack")
+            ),
+            "the canary's verdict",
+        )
+        result = status()["lastDecision"]["canary"]
+        assert result["windows"] >= 2 and result["measuredGainPercent"] is not None, result
+        assert result["lowGainPercent"] <= result["measuredGainPercent"], result
+        promoted = result["verdict"] == "Promoted"
+        fleet_k = canary_k if promoted else 3
+        wait(lambda: deployment(f"{NAME}-canary") is None, "the canary's Deployment deleted")
+        wait(lambda: ks() == [fleet_k, fleet_k], f"both pods on k={fleet_k}")
+        live = deployment(NAME)
+        assert live is not None and _k(live) == fleet_k and live["spec"]["replicas"] == 2
+    finally:
+        load.stop()
+    _check_canary_events(core, namespace, promoted)
+    assert load.driver.completed > 0
+
+
+def _check_canary_events(core: client.CoreV1Api, namespace: str, promoted: bool) -> None:
+    """The canary's start and its verdict (a warning when it is taken back) as Events."""
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={NAME}"
+    ).items
+    posted = [(e.type, e.reason, e.message or "") for e in events]
+    assert any(reason == "Canary" and "CanaryStarted" in m for _, reason, m in posted), posted
+    verdict, kind = ("CanaryPassed", "Normal") if promoted else ("CanaryFailed", "Warning")
+    assert any(t == kind and verdict in m and "measured over" in m for t, _, m in posted), posted
+
+
 def _check_measured(status: Obj) -> None:
     """The decision predicted from measured step times, and status says from what."""
     model = status["lastDecision"]["stepTimeModel"]

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -33,6 +33,7 @@ from specops.api import (
 )
 from specops.control import (
     Action,
+    CanaryReport,
     ControlSettings,
     Decision,
     Mode,
@@ -45,18 +46,21 @@ from specops.control import ServiceWindow as Window
 from specops.policy import Objective, ObjectiveKind, SpecConfig
 from specops.profiles import PerformanceProfile
 from specops.render import (
+    CANARY_LABEL,
     HASH_ANNOTATION,
     RenderOptions,
     apply_defaults,
     config_allowed,
     data_parallel_size,
     performance_profile,
+    speculation_choice,
     speculation_in_force,
     speculative_config_status,
 )
 from specops_operator._fetch import Fetched, ObservationSource, ready_pods
 from specops_operator._kube import Kube
 from specops_operator._metrics import (
+    CANARY_GAIN,
     CROSSOVER_BAND,
     CROSSOVER_BATCH_SIZE,
     DECISIONS,
@@ -126,6 +130,9 @@ def control_settings(spec: SpeculativeServiceSpec) -> ControlSettings:
         max_staleness_s=float(max(4 * scrape, 60)),
         rollout_timeout_s=float(policy.rollout_timeout_seconds),
         rollback_cooldown_s=float(policy.rollback_cooldown_seconds),
+        canary=policy.canary.enabled,
+        canary_windows=policy.canary.windows,
+        canary_max_windows=policy.canary.max_windows,
     )
 
 
@@ -169,6 +176,30 @@ def _step_time_model(decision: Decision) -> Obj:
     }
 
 
+def _percent(value: float | None) -> float | None:
+    return round(value * 100, 3) if value is not None else None
+
+
+def _canary_result(report: CanaryReport | None) -> Obj | None:
+    """lastDecision.canary: what the canary measured beside the fleet."""
+    if report is None:
+        return None
+    return {
+        "speculativeConfig": speculation_choice(report.config).model_dump(
+            by_alias=True, exclude_none=True, mode="json"
+        ),
+        "baseline": speculation_choice(report.baseline).model_dump(
+            by_alias=True, exclude_none=True, mode="json"
+        ),
+        "windows": report.windows,
+        "measuredGainPercent": _percent(report.gain),
+        "lowGainPercent": _percent(report.low),
+        "highGainPercent": _percent(report.high),
+        "predictedGainPercent": _percent(report.predicted_gain),
+        "verdict": report.verdict.value,
+    }
+
+
 def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
     """status.lastDecision; a key without a value is null, and left out of the apply (which
     removes what the last decision had there)."""
@@ -190,6 +221,7 @@ def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
         "recommended": _config_status(spec, decision.recommended)
         if decision.recommended is not None
         else None,
+        "canary": _canary_result(decision.canary),
     }
 
 
@@ -245,6 +277,17 @@ def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> No
             gauge.remove(*labels)
 
 
+def _report_canary(namespace: str, name: str, canary: CanaryReport) -> None:
+    for quantity, value in (
+        ("measured", canary.gain),
+        ("low", canary.low),
+        ("high", canary.high),
+        ("predicted", canary.predicted_gain),
+    ):
+        if value is not None:
+            CANARY_GAIN.labels(namespace, name, quantity).set(value)
+
+
 def _report(namespace: str, name: str, mode: str, decision: Decision) -> None:
     """The decision in the log and the operator's metrics."""
     log.info(
@@ -269,6 +312,8 @@ def _report(namespace: str, name: str, mode: str, decision: Decision) -> None:
     for band in decision.crossover_bands:
         for quantile, batch in (("0.1", band.low), ("0.9", band.high)):
             _set_or_drop(CROSSOVER_BAND, (namespace, name, str(band.k), quantile), batch)
+    if decision.canary is not None:
+        _report_canary(namespace, name, decision.canary)
     if decision.action is Action.RECONFIGURE:
         RECONFIGURATIONS.labels(namespace, name).inc()
     elif decision.action is Action.ROLLBACK:
@@ -298,12 +343,14 @@ class TickPlan:
     """What one decision writes: the control loop's status fields, and the event to post
     (type, reason, message; None when the action and its reason are the last decision's).
     ``choice``: the new ``status.speculativeConfig`` when the speculation in force changes,
-    handed to a reconciliation at once (None when it stays)."""
+    handed to a reconciliation at once (None when it stays); ``render``: the pods change
+    (a new choice, or a canary started or ended), so a reconciliation runs now."""
 
     decision: Decision
     status: Obj
     choice: Obj | None
     event: tuple[str, str, str] | None
+    render: bool = False
 
 
 def _service_model(
@@ -318,6 +365,7 @@ def _service_model(
         max_batch=spec.engine.max_num_seqs,
         per_batch_size=spec.speculation.per_batch_size_schedule,
         data_parallel=data_parallel_size(spec),
+        replicas=spec.replicas,
     )
 
 
@@ -347,27 +395,35 @@ def plan_tick(
     pods_ready: bool,
     now: float,
     default_context_tokens: float,
+    canary: Fetched | None = None,
 ) -> TickPlan:
     """The decision on the measurements, and what it writes (pure).
 
     ``status`` is ``body``'s, parsed, and ``in_force`` its speculative config; ``spec`` is
-    the object's spec with the defaults applied.
+    the object's spec with the defaults applied; ``canary`` the canary pods' observations
+    while one runs.
     """
     profile = performance_profile(spec)
-    window = service_window(
-        fetched.observations,
-        fetched.failures,
-        window_s=float(spec.policy.evaluation_window_seconds),
-        in_force=in_force,
-        now=now,
-        pods_ready=pods_ready,
-        kv_capacity_tokens=profile.kv_capacity(spec.speculation.method) if profile else None,
-        default_context_tokens=default_context_tokens,
-    )
     state = restore_state(status.controller, in_force, partial(config_allowed, spec))
-    decision = decide(
-        state, window.control_input, _service_model(spec, profile), control_settings(spec), now
-    )
+
+    def window_of(observed: Fetched, config: SpecConfig, ready: bool) -> Window:
+        return service_window(
+            observed.observations,
+            observed.failures,
+            window_s=float(spec.policy.evaluation_window_seconds),
+            in_force=config,
+            now=now,
+            pods_ready=ready,
+            kv_capacity_tokens=profile.kv_capacity(spec.speculation.method) if profile else None,
+            default_context_tokens=default_context_tokens,
+        )
+
+    window = window_of(fetched, in_force, pods_ready)
+    measured = window.control_input
+    if state.canary is not None and canary is not None:
+        beside = window_of(canary, state.canary.config, True).control_input
+        measured = replace(measured, canary=beside)
+    decision = decide(state, measured, _service_model(spec, profile), control_settings(spec), now)
     live_status = body.get("status") or {}
     last_decision = decision_status(spec, decision)
     generation = (body.get("metadata") or {}).get("generation")
@@ -384,7 +440,12 @@ def plan_tick(
     }
     choice = _config_status(spec, decision.config) if decision.config != in_force else None
     event = _event(status.last_decision, decision, last_decision["recommended"])
-    return TickPlan(decision, owned, choice, event)
+    render = choice is not None or (state.canary is None) != (decision.state.canary is None)
+    return TickPlan(decision, owned, choice, event, render)
+
+
+def _is_canary(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata", {}).get("labels") or {}).get(CANARY_LABEL) == "true")
 
 
 async def _measure(
@@ -395,14 +456,21 @@ async def _measure(
     spec: SpeculativeServiceSpec,
     options: ControlLoopOptions,
     render: RenderOptions,
-) -> tuple[Fetched, bool]:
-    """The pods' observations, and whether the Deployment's rollout of the rendered
-    template is complete."""
+) -> tuple[Fetched, Fetched | None, bool]:
+    """The pods' observations (a canary's apart, while one is rendered), and whether the
+    Deployment's rollout of the rendered template is complete."""
     wanted, live = await asyncio.to_thread(planned, kube, service, render)
-    desired = next(o for o in wanted.objects if o["kind"] == "Deployment")
+    desired = next(
+        o for o in wanted.objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name
+    )
     pods = await asyncio.to_thread(kube.list_pods, namespace, wanted.selector)
-    fetched = await options.source.fetch(namespace, name, spec, ready_pods(pods))
-    return fetched, deployment_ready(live, desired)
+    fleet = ready_pods([p for p in pods if not _is_canary(p)])
+    fetched = await options.source.fetch(namespace, name, spec, fleet)
+    canary = None
+    if wanted.canary is not None:
+        canary_pods = ready_pods([p for p in pods if _is_canary(p)])
+        canary = await options.source.fetch(namespace, name, spec, canary_pods, canary=True)
+    return fetched, canary, deployment_ready(live, desired)
 
 
 async def control_tick(
@@ -426,7 +494,9 @@ async def control_tick(
     if due_in > 0:
         await options.source.sample(namespace, name, spec)
         return _next_tick(due_in, options.source.sampling_interval(spec))
-    fetched, pods_ready = await _measure(kube, namespace, name, service, spec, options, render)
+    fetched, canary, pods_ready = await _measure(
+        kube, namespace, name, service, spec, options, render
+    )
     in_force = speculation_in_force(spec, service.status.speculative_config)
     tick = plan_tick(
         body,
@@ -437,13 +507,14 @@ async def control_tick(
         pods_ready,
         now,
         options.default_context_tokens,
+        canary,
     )
     owned = status_apply(Writer.CONTROLLER, tick.status)
     patched = await asyncio.to_thread(kube.apply_status, body, owned, Writer.CONTROLLER)
     _report(namespace, name, spec.speculation.mode, tick.decision)
     if tick.event is not None:
         post_event(patched, *tick.event)
-    if tick.choice is not None:  # render and record the new choice now, not at the next resync
+    if tick.render:  # render (and record a new choice) now, not at the next resync
         await asyncio.to_thread(
             reconcile,
             kube,

@@ -12,11 +12,16 @@ source (the seam), the way httpx's MockTransport replaces the network.
   ticks so the windows fill up. A window needs many samples of the running-request
   gauge, so the loop calls :meth:`ObservationSource.sample` at the scrape interval
   between decisions; a sidecar samples by itself, so the sidecar source does not.
+
+While a canary runs, its pods are measured apart (``canary=True``): the sidecar source is
+given them alone, and the Prometheus source reads their series by pod name while the
+service's reader leaves every canary pod out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +41,7 @@ from specops.observation import (
     WindowedObserver,
 )
 from specops.observation.httpx_get import httpx_get
-from specops.render import SIDECAR_PORT
+from specops.render import SIDECAR_PORT, canary_name
 
 __all__ = [
     "Fetched",
@@ -69,8 +74,17 @@ class Fetched:
 
 class ObservationSource(Protocol):
     async def fetch(
-        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
-    ) -> Fetched: ...
+        self,
+        namespace: str,
+        name: str,
+        spec: SpeculativeServiceSpec,
+        pods: Sequence[PodTarget],
+        *,
+        canary: bool = False,
+    ) -> Fetched:
+        """The observations of ``pods``: the service's apart from its canary, or with
+        ``canary`` the canary's."""
+        ...
 
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         """Seconds between readings the loop must take itself; None when it need take none."""
@@ -120,7 +134,13 @@ class SidecarSource:
             raise MetricsError(f"{pod.name}: malformed observation: {exc}") from exc
 
     async def fetch(
-        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+        self,
+        namespace: str,
+        name: str,
+        spec: SpeculativeServiceSpec,
+        pods: Sequence[PodTarget],
+        *,
+        canary: bool = False,
     ) -> Fetched:
         results = await asyncio.gather(*(self._one(pod) for pod in pods), return_exceptions=True)
         observations = tuple(r for r in results if isinstance(r, PodObservation))
@@ -179,7 +199,9 @@ class PrometheusServiceSource:
     One reader per service: a change of its URL, window or scrape interval replaces it (its
     readings were taken for the old settings), and :meth:`forget` drops it. A new reader
     starts with the scrapes of the last window that Prometheus kept, so an operator that
-    restarted or took over decides on a full window at its first tick."""
+    restarted or took over decides on a full window at its first tick. A canary gets a
+    reader of its own, for its pods by name, replaced when they change; the service's
+    reader never counts a canary's pods."""
 
     def __init__(
         self, get: HttpGet, allowed: Sequence[str], clock: Callable[[], float] = time.time
@@ -187,21 +209,33 @@ class PrometheusServiceSource:
         self._get = get
         self._allowed = tuple(allowed)
         self._clock = clock
-        self._services: dict[tuple[str, str], tuple[tuple[str, int, int], WindowedObserver]] = {}
+        self._services: dict[
+            tuple[str, str, bool], tuple[tuple[object, ...], WindowedObserver]
+        ] = {}
 
     def _observer(
-        self, namespace: str, name: str, spec: SpeculativeServiceSpec
+        self,
+        namespace: str,
+        name: str,
+        spec: SpeculativeServiceSpec,
+        canary_pods: tuple[str, ...] | None = None,
     ) -> WindowedObserver:
         url = spec.metrics.prometheus_url or ""
         window = spec.policy.evaluation_window_seconds
         scrape = spec.metrics.scrape_interval_seconds
-        settings = (url, window, scrape)
-        kept = self._services.get((namespace, name))
+        settings = (url, window, scrape, canary_pods)
+        key = (namespace, name, canary_pods is not None)
+        kept = self._services.get(key)
         if kept is not None and kept[0] == settings:
             return kept[1]
+        pods = (
+            ("pod", "=~", "|".join(re.escape(p) for p in canary_pods))
+            if canary_pods is not None
+            else ("pod", "!~", f"{re.escape(canary_name(name))}-.+")
+        )
         source = PrometheusSource(
             url,
-            {"namespace": namespace, "service": name},
+            [("namespace", "=", namespace), ("service", "=", name), pods],
             self._get,
             lookback_s=max(4 * scrape, 60),
             history_s=window,
@@ -215,7 +249,7 @@ class PrometheusServiceSource:
             stale_after_s=float(max(3 * scrape, 45)),
         )
         observer = WindowedObserver(source, config, clock=self._clock)
-        self._services[(namespace, name)] = (settings, observer)
+        self._services[key] = (settings, observer)
         return observer
 
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
@@ -232,16 +266,28 @@ class PrometheusServiceSource:
     async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
         if self._refused(spec) is None:
             await self._observer(namespace, name, spec).poll()
+            if (canary := self._services.get((namespace, name, True))) is not None:
+                await canary[1].poll()
 
     def forget(self, namespace: str, name: str) -> None:
-        self._services.pop((namespace, name), None)
+        for canary in (False, True):
+            self._services.pop((namespace, name, canary), None)
 
     async def fetch(
-        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+        self,
+        namespace: str,
+        name: str,
+        spec: SpeculativeServiceSpec,
+        pods: Sequence[PodTarget],
+        *,
+        canary: bool = False,
     ) -> Fetched:
         if (refused := self._refused(spec)) is not None:
             return Fetched((), (refused,))  # never asked: the URL is the tenant's to choose
-        observer = self._observer(namespace, name, spec)
+        if canary and not pods:
+            return Fetched((), ("no Ready canary pod",))
+        names = tuple(sorted(p.name for p in pods)) if canary else None
+        observer = self._observer(namespace, name, spec, names)
         await observer.poll()
         observation = observer.observation
         failures = (observation.source.error,) if observation.source.error else ()
@@ -262,9 +308,15 @@ class Observer:
         self._prometheus = PrometheusServiceSource(httpx_get(client), allowed_prometheus, clock)
 
     async def fetch(
-        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+        self,
+        namespace: str,
+        name: str,
+        spec: SpeculativeServiceSpec,
+        pods: Sequence[PodTarget],
+        *,
+        canary: bool = False,
     ) -> Fetched:
-        return await self._for(spec).fetch(namespace, name, spec, pods)
+        return await self._for(spec).fetch(namespace, name, spec, pods, canary=canary)
 
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return self._for(spec).sampling_interval(spec)

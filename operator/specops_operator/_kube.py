@@ -130,6 +130,17 @@ class Kube:
                 return None
             raise
 
+    def delete(self, obj: Obj) -> bool:
+        """Delete ``obj`` (matched by kind, namespace, name), its dependents in the
+        background; False when it was already gone."""
+        try:
+            self._call("DELETE", _object_path(obj), {"propagationPolicy": "Background"})
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def apply(self, obj: Obj) -> Obj:
         """Server-side apply ``obj`` as :data:`FIELD_MANAGER`: create it, or update it.
 

@@ -82,6 +82,12 @@ STEP_TIME_INTERVALS = Gauge(
     "Measured intervals the step-time model has learned from; 0: it is the profile's prior.",
     _SERVICE,
 )
+CANARY_GAIN = Gauge(
+    "specops_canary_gain_ratio",
+    "The latest canary's gain over the rest of the fleet, as a fraction: measured (its mean "
+    "and the low and high ends of its interval) and predicted when it started (quantity label).",
+    [*_SERVICE, "quantity"],
+)
 RECONFIGURATIONS = Counter(
     "specops_reconfigurations",
     "Speculative configs applied by the control loop (each restarts the pods).",
@@ -113,6 +119,7 @@ def forget_service(namespace: str, name: str) -> None:
         CROSSOVER_BAND,
         PRIOR_CROSSOVER,
         STEP_TIME_INTERVALS,
+        CANARY_GAIN,
         RECONFIGURATIONS,
         ROLLBACKS,
     ):

@@ -24,7 +24,7 @@ from typing import Any, cast
 import kopf
 
 from specops.api import SpeculativeService, parse_service
-from specops.render import HASH_ANNOTATION, Plan, RenderOptions, plan
+from specops.render import HASH_ANNOTATION, Plan, RenderOptions, canary_name, plan
 from specops_operator._kube import CONFLICT, Kube, KubeApiError
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._owners import Writer, handed_over, owned_status, status_apply
@@ -246,7 +246,8 @@ def _reconcile(
     foreign: list[str] = []
     deployment: Obj | None = None
     for child in children:
-        found = live_deployment if child["kind"] == "Deployment" else kube.get(child)
+        main = child["kind"] == "Deployment" and child["metadata"]["name"] == service.metadata.name
+        found = live_deployment if main else kube.get(child)
         if found is not None and not _owned_by(found, service.metadata.uid):
             foreign.append(_foreign_child(found))  # never adopt or overwrite it
             continue
@@ -256,8 +257,9 @@ def _reconcile(
             writes.append(ChildWrite(child["kind"], name, action))
             CHILD_WRITES.labels(child["kind"], action).inc()
             post_event("Normal", action.capitalize(), f"{child['kind']} {name} {action}")
-        if child["kind"] == "Deployment":
+        if main:
             deployment = live
+    writes += _retire_canary(kube, service, wanted, post_event)
     status = desired_status(service, wanted, deployment, now or datetime.now(UTC), foreign)
     if foreign and _newly_foreign(body, status):
         for message in foreign:
@@ -268,6 +270,30 @@ def _reconcile(
         applied = status_apply(Writer.RECONCILER, status)
         kube.apply_status(dict(body), applied, Writer.RECONCILER)
     return Outcome(tuple(writes), status_written)
+
+
+def _retire_canary(
+    kube: Kube,
+    service: SpeculativeService,
+    wanted: Plan,
+    post_event: Callable[[str, str, str], None],
+) -> list[ChildWrite]:
+    """Delete the canary's Deployment once no canary runs (only a service with two or more
+    replicas can have had one, so no other service pays the read)."""
+    if wanted.canary is not None or wanted.spec.replicas < 2:
+        return []
+    name, namespace = canary_name(service.metadata.name), service.metadata.namespace
+    ref = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"namespace": namespace, "name": name},
+    }
+    live = kube.get(ref)
+    if live is None or not _owned_by(live, service.metadata.uid) or not kube.delete(ref):
+        return []
+    CHILD_WRITES.labels("Deployment", "deleted").inc()
+    post_event("Normal", "Deleted", f"Deployment {name} deleted: the canary has ended")
+    return [ChildWrite("Deployment", name, "deleted")]
 
 
 def _newly_foreign(body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

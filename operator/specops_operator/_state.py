@@ -13,12 +13,13 @@ from datetime import UTC, datetime
 
 from specops.api import (
     BatchWeight,
+    CanaryStatus,
     ControllerStatus,
     RegimeStatus,
     RolloutStatus,
     StepTimeEvidence,
 )
-from specops.control import ControllerState, Regime, Rollout
+from specops.control import Canary, ControllerState, Regime, Rollout
 from specops.errors import SpecValidationError
 from specops.policy import TERMS, AcceptanceCurve, BatchDistribution, CostEvidence, SpecConfig
 from specops.render import spec_config, speculation_choice
@@ -114,6 +115,30 @@ def _evidence(saved: StepTimeEvidence | None) -> CostEvidence:
     )
 
 
+def _canary_status(canary: Canary | None) -> CanaryStatus | None:
+    if canary is None:
+        return None
+    return CanaryStatus(
+        speculative_config=speculation_choice(canary.config),
+        baseline=speculation_choice(canary.baseline),
+        started_at=timestamp(canary.started_at),
+        predicted_gain_percent=round(canary.predicted_gain * 100, 3),
+        speedups=list(canary.speedups),
+    )
+
+
+def _canary(saved: CanaryStatus | None) -> Canary | None:
+    if saved is None:
+        return None
+    return Canary(
+        config=spec_config(saved.speculative_config),
+        baseline=spec_config(saved.baseline),
+        started_at=unix_time(saved.started_at),
+        predicted_gain=saved.predicted_gain_percent / 100.0,
+        speedups=tuple(saved.speedups),
+    )
+
+
 def save_state(state: ControllerState) -> ControllerStatus:
     """status.controller for ``state``."""
     regime = state.regime
@@ -127,6 +152,8 @@ def save_state(state: ControllerState) -> ControllerStatus:
         )
         if state.rollout is not None
         else None,
+        canary=_canary_status(state.canary),
+        refuted_canary=_canary_status(state.refuted),
         changes=[timestamp(t) for t in state.changes],
         last_change_at=_optional_time(state.last_change_at),
         rollout_durations_seconds=list(state.rollout_durations),
@@ -173,9 +200,11 @@ def restore_state(
     configs = [state.config, state.last_good]
     if state.rollout is not None:
         configs += [state.rollout.target, state.rollout.previous]
+    if state.canary is not None:
+        configs += [state.canary.config]
     if state.config == in_force and all(allowed(c) for c in configs):
         return state
-    return replace(state, config=in_force, last_good=in_force, rollout=None)
+    return replace(state, config=in_force, last_good=in_force, rollout=None, canary=None)
 
 
 def _restored(saved: ControllerStatus) -> ControllerState:
@@ -190,6 +219,8 @@ def _restored(saved: ControllerStatus) -> ControllerState:
         )
         if saved.rollout is not None
         else None,
+        canary=_canary(saved.canary),
+        refuted=_canary(saved.refuted_canary),
         changes=tuple(unix_time(t) for t in saved.changes),
         last_change_at=_optional_unix(saved.last_change_at),
         rollout_durations=tuple(saved.rollout_durations_seconds),

@@ -107,7 +107,9 @@ def desired_status(
     )
     # What the pods are rendered with, rebuilt from the spec: never status's own text.
     config = speculative_config_status(plan.spec, plan.speculation, plan.source)
-    conditions = _deployment_conditions(deployment, plan.spec.replicas)
+    # With a canary, one of the replicas runs in the canary's own Deployment.
+    replicas = plan.spec.replicas - (1 if plan.canary is not None else 0)
+    conditions = _deployment_conditions(deployment, replicas)
     if foreign:  # a child the service cannot have degrades it, whatever the Deployment says
         conditions = [c for c in conditions if c["type"] != "Degraded"]
         conditions.append(_condition("Degraded", "True", "NameTaken", "; ".join(foreign)))

@@ -598,6 +598,27 @@ class SpeculationSpec(CrdModel):
     """Tensor-parallel size of the draft model: 1 or the target's tensorParallelSize."""
 
 
+class CanarySpec(CrdModel):
+    """Measuring a change on one pod before the fleet follows (two or more replicas)."""
+
+    __rules__ = (
+        Rule(
+            cel="self.maxWindows >= self.windows",
+            message="spec.policy.canary.maxWindows must be >= windows",
+            holds=lambda c: c.max_windows >= c.windows,
+            field_path=".maxWindows",
+        ),
+    )
+
+    enabled: bool = _LOOP.canary
+    """With two or more replicas, run a change on one pod first and compare it with the rest
+    on the same traffic; false changes the whole fleet on the prediction alone."""
+    windows: int = Field(default=_LOOP.canary_windows, ge=2, le=64)
+    """Evaluation windows compared before the canary can pass or fail."""
+    max_windows: int = Field(default=_LOOP.canary_max_windows, ge=2, le=64)
+    """Evaluation windows after which a canary that proved nothing is rolled back."""
+
+
 class PolicySpec(CrdModel):
     """What the slow control loop optimises and how cautiously it reconfigures."""
 
@@ -655,6 +676,8 @@ class PolicySpec(CrdModel):
     """Time new pods get to become Ready before the previous config is restored."""
     rollback_cooldown_seconds: int = Field(default=int(_LOOP.rollback_cooldown_s), ge=0, le=604800)
     """After a rollback, how long the restored config is kept before trying again."""
+    canary: CanarySpec = CanarySpec()
+    """Whether and how long a change is measured on one pod before the fleet follows."""
 
 
 class MetricsSpec(CrdModel):
@@ -828,8 +851,9 @@ class DecisionStatus(CrdModel):
 
     time: Timestamp
     """When the decision was taken."""
-    action: Literal["Keep", "Reconfigure", "Rollback", "Withhold"]
-    """Keep: nothing better pays for a restart; Withhold: a change is held back by a rule."""
+    action: Literal["Keep", "Reconfigure", "Rollback", "Withhold", "Canary"]
+    """Keep: nothing better pays for a restart; Withhold: a change is held back by a rule;
+    Canary: one pod runs the chosen config beside the rest, to measure it first."""
     reason_code: Annotated[str, StringConstraints(max_length=64)] | None = None
     """Short fixed code of the reason (e.g. GainPaysRestart, MinDwell, MetricsUnavailable)."""
     reason: Annotated[str, StringConstraints(max_length=4096)]
@@ -851,6 +875,8 @@ class DecisionStatus(CrdModel):
     """Whether the pods were changed (false in mode Advise)."""
     recommended: SpeculativeConfigStatus | None = None
     """The configuration decided on."""
+    canary: CanaryResultStatus | None = None
+    """What the canary in progress, or the one this decision settled, measured."""
 
 
 class SpeculationChoice(CrdModel):
@@ -860,6 +886,44 @@ class SpeculationChoice(CrdModel):
     """k, the cap with a table; 0 is speculation off."""
     schedule: list[BatchSizeRange] | None = Field(default=None, max_length=64)
     """vLLM's per-batch-size table, when in use."""
+
+
+class CanaryResultStatus(CrdModel):
+    """A canary's comparison with the rest of the fleet on the same traffic (measured)."""
+
+    speculative_config: SpeculationChoice
+    """The config the canary pod runs."""
+    baseline: SpeculationChoice
+    """The config the rest of the fleet runs beside it."""
+    windows: int = Field(ge=0)
+    """Evaluation windows compared so far."""
+    measured_gain_percent: float | None = None
+    """The canary's speedup over the fleet, in percent: the fleet's time per output token
+    over the canary's, averaged over the windows (measured)."""
+    low_gain_percent: float | None = None
+    """The low end of its interval at the controller's confidence (one-sided), in percent."""
+    high_gain_percent: float | None = None
+    """The high end of that interval, in percent."""
+    predicted_gain_percent: float
+    """What the step-time posterior predicted for it when it started, in percent."""
+    verdict: Literal["Running", "Promoted", "RolledBack"]
+    """Running: still measuring; Promoted: the fleet follows; RolledBack: the canary is
+    taken back and the fleet keeps its config."""
+
+
+class CanaryStatus(CrdModel):
+    """A canary in progress: one pod runs ``speculativeConfig`` beside the fleet."""
+
+    speculative_config: SpeculationChoice
+    """The config the canary pod runs."""
+    baseline: SpeculationChoice
+    """The config the rest of the fleet runs."""
+    started_at: Timestamp
+    """When the canary began."""
+    predicted_gain_percent: float
+    """What the step-time posterior predicted for it, in percent."""
+    speedups: list[float] = Field(default=[], max_length=64)
+    """One entry a window: the fleet's time per output token over the canary's."""
 
 
 class RolloutStatus(CrdModel):
@@ -933,6 +997,11 @@ class ControllerStatus(CrdModel):
     """The last configuration whose pods all became Ready."""
     rollout: RolloutStatus | None = None
     """The rollout in progress, if any."""
+    canary: CanaryStatus | None = None
+    """The canary in progress, if any (rendered as the Deployment NAME-canary)."""
+    refuted_canary: CanaryStatus | None = None
+    """The last canary taken back: not tried beside the same config again until the load
+    regime changes."""
     changes: list[Timestamp] = Field(default=[], max_length=64)
     """Times of the reconfigurations of the past hour."""
     last_change_at: Timestamp | None = None

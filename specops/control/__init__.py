@@ -1,6 +1,7 @@
 """The slow control loop's decision core: pure, clock injected, no Kubernetes types."""
 
 from specops.control._adapter import ServiceWindow, batch_distribution, service_window
+from specops.control._canary import Canary, CanaryReport, CanaryVerdict
 from specops.control._decide import (
     Action,
     ControlInput,
@@ -20,6 +21,9 @@ from specops.control._service import service_model
 
 __all__ = [
     "Action",
+    "Canary",
+    "CanaryReport",
+    "CanaryVerdict",
     "ControlInput",
     "ControlSettings",
     "ControllerState",

@@ -283,6 +283,12 @@ def service_window(
     drafts = sum(a.drafts for a in measured) if positions else 0.0
     accepted = tuple(sum(c[i] for c in counts) for i in range(positions))
     context = _context_tokens(windows, kv_capacity_tokens, default_context_tokens)
+    tpots = [
+        (w.outcome.tpot.mean_seconds, w.outcome.tpot.observations)
+        for w in windows
+        if w.outcome.tpot is not None
+    ]
+    tpot = _weighted(tpots)
     control_input = ControlInput(
         window_end=min(p.latest_reading_at or p.observed_at for p, _ in used),
         load=load,
@@ -292,14 +298,10 @@ def service_window(
         pods_ready=pods_ready,
         cost_points=tuple(_step_points(used, context, bool(in_force.per_batch_size))),
         prefill_per_token=_prefill_per_token(windows),
+        tpot_s=tpot,
     )
     running = [
         (w.load.running.mean, float(w.load.running.samples)) for w in windows if w.load.running
-    ]
-    tpots = [
-        (w.outcome.tpot.mean_seconds, w.outcome.tpot.observations)
-        for w in windows
-        if w.outcome.tpot is not None
     ]
     rates = [w.outcome.output_tokens_per_second for w in windows]
     known_rates = [r for r in rates if r is not None]
@@ -314,7 +316,7 @@ def service_window(
         concurrency=_weighted(running),
         acceptance_length=1.0 + sum(accepted) / drafts if drafts > 0 else None,
         acceptance_per_position=tuple(a / drafts for a in accepted) if drafts > 0 else (),
-        tpot_s=_weighted(tpots),
+        tpot_s=tpot,
         throughput_per_pod=sum(known_rates) / len(known_rates) if known_rates else None,
         drafted_tokens_per_draft=_drafted_per_draft(windows),
     )

@@ -5,7 +5,9 @@ its predicted gain, over the time the current load regime is expected to last, b
 restart's lost service by a margin. Around that sit the safety rules: a minimum dwell
 between changes, a cap per hour, no action on stale or thin measurements, a rollback
 when new pods do not become Ready in time and a cooldown after it, and the modes
-(Auto applies, Advise only recommends, Fixed and Off never change anything).
+(Auto applies, Advise only recommends, Fixed and Off never change anything). With two or
+more replicas a change is first a canary on one pod, and what it measures beside the rest
+decides whether the fleet follows (:mod:`specops.control._canary`).
 
 Everything here is pure: state, measurements, settings and ``now`` go in, a frozen
 ``Decision`` carrying the next state comes out. The caller stores the state, applies the
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from specops.control._canary import Canary, CanaryReport, CanaryVerdict, canary_report
 from specops.control._regime import Regime, RegimeSettings, track_regime
 from specops.policy import (
     AcceptanceCurve,
@@ -70,12 +73,14 @@ class Mode(StrEnum):
 
 
 class Action(StrEnum):
-    """Keep: nothing better pays for a restart. Withhold: a change is held back by a rule."""
+    """Keep: nothing better pays for a restart. Withhold: a change is held back by a rule.
+    Canary: one pod is given the policy's choice, to measure it beside the fleet."""
 
     KEEP = "Keep"
     RECONFIGURE = "Reconfigure"
     ROLLBACK = "Rollback"
     WITHHOLD = "Withhold"
+    CANARY = "Canary"
 
 
 class ReasonCode(StrEnum):
@@ -100,6 +105,10 @@ class ReasonCode(StrEnum):
     ADVISE_ONLY = "AdviseOnly"
     GAIN_PAYS_RESTART = "GainPaysRestart"
     PROBE = "ProbeUnmeasuredK"
+    CANARY_STARTED = "CanaryStarted"
+    CANARY_IN_PROGRESS = "CanaryInProgress"
+    CANARY_PASSED = "CanaryPassed"
+    CANARY_FAILED = "CanaryFailed"
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,8 @@ class ServiceModel:
     """What is known about the service without measuring it.
 
     ``cost`` is the step-time prior the measurements update; ``per_batch_size`` False:
-    the user wants one k, never vLLM's per-batch-size table.
+    the user wants one k, never vLLM's per-batch-size table; ``replicas`` the pods the
+    service runs (a canary needs two).
     """
 
     method: str
@@ -116,6 +126,7 @@ class ServiceModel:
     max_batch: int = 256
     prior_acceptance: AcceptanceCurve | None = None
     per_batch_size: bool = True
+    replicas: int = 1
 
     @property
     def table(self) -> bool:
@@ -146,6 +157,10 @@ class ControlSettings:
     The margin's default, 1.5, is the benchmark's pick: on the short suite (two truths,
     three traces) 1.0 moved too often (flapping on the H200 bursts and shift), 2.0 sat on
     day zero's k through every burst on the H100 truth (0.58 of the oracle against 0.73).
+
+    ``canary``: with two or more replicas a change is first measured on one pod
+    (:mod:`specops.control._canary`) over ``canary_windows`` windows, at most
+    ``canary_max_windows``, before the fleet follows.
     """
 
     mode: Mode = Mode.AUTO
@@ -170,6 +185,9 @@ class ControlSettings:
     keep_draft_gain: float = 0.01
     gain_confidence: float = 0.8
     posterior_draws: int = 16
+    canary: bool = True
+    canary_windows: int = 3
+    canary_max_windows: int = 8
 
     def __post_init__(self) -> None:
         if self.margin < 0 or self.min_gain < 0:
@@ -180,6 +198,8 @@ class ControlSettings:
             raise ValueError(f"capacity_loss must be in [0, 1], got {self.capacity_loss}")
         if self.regime_min_s > self.regime_max_s:
             raise ValueError("regime_min_s must be <= regime_max_s")
+        if not 2 <= self.canary_windows <= self.canary_max_windows:
+            raise ValueError("canary_windows must be in [2, canary_max_windows]")
 
 
 @dataclass(frozen=True)
@@ -192,7 +212,9 @@ class ControlInput:
     ``pods_ready`` says whether every pod runs the config in force and is Ready.
     ``problem`` says why there are no usable measurements at all (empty when there are).
     ``cost_points`` are the window's measured steps, for the step-time posterior;
-    ``prefill_per_token`` the prompt tokens computed per output token over it.
+    ``prefill_per_token`` the prompt tokens computed per output token over it; ``tpot_s``
+    the mean time per output token. ``canary`` is the same window of the canary's pods,
+    while one runs (None when it gave no reading), measured apart from the rest.
     """
 
     window_end: float
@@ -204,6 +226,8 @@ class ControlInput:
     problem: str = ""
     cost_points: tuple[StepPoint, ...] = ()
     prefill_per_token: float = 0.0
+    tpot_s: float | None = None
+    canary: ControlInput | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +256,11 @@ class ControllerState:
     past_loads: tuple[BatchDistribution, ...] = ()
     """The loads of the last ``len(past_loads)`` past regimes, oldest first: the last of
     ``regime_lengths`` are their lengths."""
+    canary: Canary | None = None
+    """The canary in progress: one pod runs its config beside the fleet."""
+    refuted: Canary | None = None
+    """The last canary taken back: its config is not tried beside the same one again until
+    the load regime changes (the prediction that chose it is what it refuted)."""
 
     @classmethod
     def initial(cls, config: SpecConfig) -> ControllerState:
@@ -283,6 +312,8 @@ class Decision:
     cost_measured: bool = False
     prior_crossovers: tuple[Crossover, ...] = ()
     window_acceptance: AcceptanceCurve | None = None
+    canary: CanaryReport | None = None
+    """What the canary in progress, or the one this decision settled, measured."""
 
 
 def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
@@ -334,6 +365,7 @@ class _Outcome:
     evaluation: _Evaluation | None = None
     new_regime: bool = False
     window_acceptance: AcceptanceCurve | None = None
+    canary: CanaryReport | None = None
 
 
 def _holding(state: ControllerState, code: ReasonCode, why: str) -> _Outcome:
@@ -830,9 +862,11 @@ def _judge(
     restart_cost: float,
     settings: ControlSettings,
     now: float,
+    replicas: int,
 ) -> _Outcome:
     """Keep, withhold or reconfigure to the policy's choice: the mode, the gain against the
-    restart, then the rules that forbid a change now."""
+    restart, then the rules that forbid a change now. With two or more replicas the change
+    starts as a canary on one pod, and the fleet follows only what it measures."""
     choice = evaluation.choice
 
     def kept(action: Action, code: ReasonCode, reason: str) -> _Outcome:
@@ -847,6 +881,15 @@ def _judge(
         )
     if choice.config == state.config:
         return kept(Action.KEEP, ReasonCode.ALREADY_BEST, _keep_words(state, evaluation, settings))
+    refuted = state.refuted
+    if refuted is not None and (refuted.config, refuted.baseline) == (choice.config, state.config):
+        return kept(
+            Action.KEEP,
+            ReasonCode.CANARY_FAILED,
+            f"{state.config.describe()} stays: the policy predicts {evaluation.mean_gain:+.1%} "
+            f"for {choice.config.describe()}, but in this load regime "
+            f"{_report(refuted, settings).describe()}; it is tried again when the regime changes",
+        )
     if evaluation.gain < settings.min_gain:
         return kept(
             Action.KEEP, ReasonCode.GAIN_TOO_SMALL, _keep_words(state, evaluation, settings)
@@ -874,11 +917,24 @@ def _judge(
             f"mode Advise: recommending {choice.config.describe()} ({pays}); not applied. "
             f"{choice.reason}",
         )
+    changes = (*[t for t in state.changes if now - t < _HOUR], now)
+    if settings.canary and replicas >= 2:
+        canary = Canary(choice.config, state.config, now, evaluation.mean_gain)
+        started = replace(state, canary=canary, changes=changes, last_change_at=now)
+        return _Outcome(
+            Action.CANARY,
+            ReasonCode.CANARY_STARTED,
+            started,
+            f"measuring {choice.config.describe()} on one pod of {replicas} beside "
+            f"{state.config.describe()} before the fleet follows: {pays}. {choice.reason}",
+            evaluation,
+            canary=_report(canary, settings),
+        )
     changed = replace(
         state,
         config=choice.config,
         rollout=Rollout(target=choice.config, previous=state.last_good, started_at=now),
-        changes=(*[t for t in state.changes if now - t < _HOUR], now),
+        changes=changes,
         last_change_at=now,
     )
     return _Outcome(
@@ -888,6 +944,106 @@ def _judge(
         f"reconfiguring {state.config.describe()} -> {choice.config.describe()}: {pays}. "
         f"{choice.reason}",
         evaluation,
+    )
+
+
+def _report(canary: Canary, settings: ControlSettings) -> CanaryReport:
+    return canary_report(
+        canary,
+        windows=settings.canary_windows,
+        max_windows=settings.canary_max_windows,
+        min_gain=settings.min_gain,
+        confidence=settings.gain_confidence,
+    )
+
+
+def _speedup(measured: ControlInput, settings: ControlSettings) -> float | None:
+    """The window's fleet TPOT over the canary's, when both groups measured enough load."""
+    canary = measured.canary
+    if canary is None or canary.problem:
+        return None
+    groups = (measured, canary)
+    if any(g.load is None or g.load.samples < settings.min_load_samples for g in groups):
+        return None
+    if measured.tpot_s is None or canary.tpot_s is None or min(measured.tpot_s, canary.tpot_s) <= 0:
+        return None
+    return measured.tpot_s / canary.tpot_s
+
+
+def _follow_canary(
+    state: ControllerState,
+    canary: Canary,
+    measured: ControlInput,
+    settings: ControlSettings,
+    replicas: int,
+    now: float,
+) -> _Outcome:
+    """Count the canary's window, then promote it, roll it back, or go on measuring.
+
+    The canary is taken back without a verdict when the mode stops allowing changes, the
+    service drops to one replica, or its pod gave no reading within the rollout timeout.
+    """
+    speedup = _speedup(measured, settings)
+    if speedup is not None:
+        canary = replace(canary, speedups=(*canary.speedups, speedup))
+    report = _report(canary, settings)
+    ended = replace(state, canary=None, last_change_at=now)
+    elapsed = now - canary.started_at
+    stop = None
+    if settings.mode is not Mode.AUTO:
+        stop = f"mode {settings.mode.value} changes nothing"
+    elif replicas < 2:
+        stop = "the service runs one replica"
+    elif not canary.speedups and elapsed > settings.rollout_timeout_s:
+        # Never up is refuted as much as measured slower: not tried again at once.
+        ended = replace(ended, refuted=canary)
+        stop = (
+            f"its pod gave no reading in {elapsed:.0f}s (limit {settings.rollout_timeout_s:.0f}s)"
+        )
+    elif report.verdict is CanaryVerdict.ROLLED_BACK:
+        ended = replace(ended, refuted=canary)
+    if stop is not None or report.verdict is CanaryVerdict.ROLLED_BACK:
+        why = stop or (
+            f"it did not gain {settings.min_gain:.0%} with "
+            f"{settings.gain_confidence:.0%} confidence"
+        )
+        failed = replace(report, verdict=CanaryVerdict.ROLLED_BACK)
+        return _Outcome(
+            Action.ROLLBACK,
+            ReasonCode.CANARY_FAILED,
+            ended,
+            f"canary taken back, {state.config.describe()} stays: {why}; {report.describe()}",
+            canary=failed,
+        )
+    if report.verdict is CanaryVerdict.PROMOTED:
+        promoted = replace(
+            ended,
+            config=canary.config,
+            rollout=Rollout(target=canary.config, previous=state.last_good, started_at=now),
+            changes=(*[t for t in state.changes if now - t < _HOUR], now),
+        )
+        return _Outcome(
+            Action.RECONFIGURE,
+            ReasonCode.CANARY_PASSED,
+            promoted,
+            f"reconfiguring {state.config.describe()} -> {canary.config.describe()}: "
+            f"{report.describe()}, "
+            + (
+                f"at least {settings.min_gain:.0%} with {settings.gain_confidence:.0%} confidence"
+                if report.low is not None and report.low >= settings.min_gain
+                else f"{settings.min_gain:.0%} or more on average and above no gain with "
+                f"{settings.gain_confidence:.0%} confidence, after its last window"
+            ),
+            canary=report,
+        )
+    counted = "" if speedup is not None else " (this window gave no comparison)"
+    return _Outcome(
+        Action.WITHHOLD,
+        ReasonCode.CANARY_IN_PROGRESS,
+        replace(state, canary=canary),
+        f"holding {state.config.describe()} while the canary measures: {report.describe()}, "
+        f"{settings.canary_windows} windows needed{counted}",
+        canary=report,
     )
 
 
@@ -901,9 +1057,11 @@ def _plan_measured(
 ) -> _Outcome:
     """Learn from a fresh window (step times, regime, acceptance), then judge the policy's
     choice, unless the window holds too little to choose on."""
-    state = replace(
-        state, cost_evidence=state.cost_evidence.add(measured.cost_points, service.cost)
-    )
+    canary_points = measured.canary.cost_points if measured.canary is not None else ()
+    evidence = state.cost_evidence.add((*measured.cost_points, *canary_points), service.cost)
+    state = replace(state, cost_evidence=evidence)
+    if state.canary is not None:
+        return _follow_canary(state, state.canary, measured, settings, service.replicas, now)
     posterior = CostPosterior.of(service.cost, state.cost_evidence)
     cost = posterior.model()
     load = measured.load
@@ -915,6 +1073,8 @@ def _plan_measured(
             f"fewer than the {settings.min_load_samples} a decision needs",
         )
     state, regime, new_regime, window = _track(state, measured, load, cost, settings)
+    if new_regime:
+        state = replace(state, refuted=None)
     if regime.doubts > 0:
         unconfirmed = _holding(
             state,
@@ -935,7 +1095,7 @@ def _plan_measured(
     evaluation = _evaluate(
         state, regime, acceptance, measured, service, posterior, cost, settings, now
     )
-    judged = _judge(state, evaluation, restart_cost, settings, now)
+    judged = _judge(state, evaluation, restart_cost, settings, now, service.replicas)
     return replace(judged, new_regime=new_regime, window_acceptance=window)
 
 
@@ -982,7 +1142,7 @@ def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
         code=outcome.code,
         config=outcome.state.config,
         recommended=choice.config if choice else None,
-        applied=outcome.action in (Action.RECONFIGURE, Action.ROLLBACK),
+        applied=outcome.action in (Action.RECONFIGURE, Action.ROLLBACK, Action.CANARY),
         reason=outcome.reason,
         predicted_gain=choice.gain_over_current if choice else None,
         gain_s=evaluation.gain_s if evaluation is not None else None,
@@ -995,6 +1155,7 @@ def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
         cost_measured=outcome.state.cost_evidence.points > 0,
         prior_crossovers=evaluation.prior_crossovers if evaluation is not None else (),
         window_acceptance=outcome.window_acceptance,
+        canary=outcome.canary,
     )
 
 

@@ -24,6 +24,7 @@ def service_model(
     per_batch_size: bool = True,
     data_parallel: int = 1,
     prior_acceptance: tuple[float, ...] | None = None,
+    replicas: int = 1,
 ) -> ServiceModel:
     """The service's priors; ``prior_acceptance`` overrides the family's published curve.
 
@@ -42,6 +43,7 @@ def service_model(
         max_batch=max_batch,
         per_batch_size=per_batch_size,
         data_parallel=data_parallel,
+        replicas=replicas,
         prior_acceptance=AcceptanceCurve(
             prior_acceptance or PRIOR_ACCEPTANCE[draft_family(method)]
         ),

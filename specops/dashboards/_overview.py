@@ -164,6 +164,21 @@ def overview() -> db.Dashboard:
         )
         .with_panel(
             timeseries_panel(
+                "Canary: measured gain beside the prediction",
+                "With two or more replicas a change runs on one pod first: its speedup over "
+                "the rest of the fleet on the same traffic (time per output token), measured "
+                "with its interval, and what the step-time model predicted for it.",
+                [
+                    Query(
+                        f"max by (quantity) ({q.OPERATOR_CANARY_GAIN}{{{SELECTOR}}})",
+                        "{{quantity}}",
+                    )
+                ],
+                unit="percentunit",
+            )
+        )
+        .with_panel(
+            timeseries_panel(
                 "Crossover: learned from measurements against the prior",
                 "For each candidate k, the batch size from which it stops paying as the "
                 "controller predicts it from measured step times (with its 10th-90th "

@@ -100,6 +100,8 @@ OPERATOR_CROSSOVER = "specops_crossover_batch_size"
 OPERATOR_CROSSOVER_BAND = "specops_crossover_batch_size_band"
 OPERATOR_PRIOR_CROSSOVER = "specops_prior_crossover_batch_size"
 OPERATOR_STEP_TIME_INTERVALS = "specops_step_time_measured_intervals"
+# The latest canary's gain over the fleet: measured (mean, low, high) and predicted.
+OPERATOR_CANARY_GAIN = "specops_canary_gain_ratio"
 OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"
 OPERATOR_ROLLBACKS = "specops_rollbacks_total"
 # Reconciliations of SpeculativeServices, by result (ok, error): the operator's own health.

@@ -2,6 +2,7 @@
 
 from specops.render._defaults import apply_defaults
 from specops.render._objects import (
+    CANARY_LABEL,
     ENGINE_PORT,
     HASH_ANNOTATION,
     OPERATOR_JOB,
@@ -11,6 +12,7 @@ from specops.render._objects import (
     SIDECAR_PORT,
     RenderOptions,
     Selector,
+    canary_name,
     child_labels,
     engine_shutdown_timeout,
     performance_profile,
@@ -23,6 +25,7 @@ from specops.render._objects import (
 )
 from specops.render._plan import Plan, plan
 from specops.render._speculation import (
+    canary_in_force,
     config_allowed,
     controller_choice,
     data_parallel_size,
@@ -36,6 +39,7 @@ from specops.render._speculation import (
 )
 
 __all__ = [
+    "CANARY_LABEL",
     "ENGINE_PORT",
     "HASH_ANNOTATION",
     "OPERATOR_JOB",
@@ -47,6 +51,8 @@ __all__ = [
     "RenderOptions",
     "Selector",
     "apply_defaults",
+    "canary_in_force",
+    "canary_name",
     "child_labels",
     "config_allowed",
     "controller_choice",

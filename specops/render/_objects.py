@@ -20,6 +20,7 @@ from specops.profiles import PROFILES, PerformanceProfile, find_profile
 from specops.render._speculation import vllm_speculative_config
 
 __all__ = [
+    "CANARY_LABEL",
     "ENGINE_PORT",
     "HASH_ANNOTATION",
     "OWNER_UID_LABEL",
@@ -27,6 +28,7 @@ __all__ = [
     "SIDECAR_PORT",
     "RenderOptions",
     "Selector",
+    "canary_name",
     "child_labels",
     "engine_shutdown_timeout",
     "render_deployment",
@@ -63,6 +65,13 @@ _TEARDOWN_SECONDS = 5
 OWNER_UID_LABEL = "specops.io/owner-uid"
 # Labels that select one service's pods: a Deployment's matchLabels.
 Selector = Mapping[str, str]
+# On a canary's pods only: the controller measures them apart from the rest.
+CANARY_LABEL = "specops.io/canary"
+
+
+def canary_name(name: str) -> str:
+    """The canary Deployment of the SpeculativeService ``name``."""
+    return f"{name}-canary"
 
 
 @dataclass(frozen=True)
@@ -321,10 +330,17 @@ def render_deployment(
     speculation: SpecConfig,
     options: RenderOptions,
     selector: Selector,
+    *,
+    replicas: int | None = None,
+    canary: bool = False,
 ) -> Obj:
     """The vLLM Deployment: engine plus sidecar; a spec change rolls with no capacity lost,
     and an old pod finishes its running requests before it goes (preStop pause, then
-    vLLM's --shutdown-timeout within the grace period)."""
+    vLLM's --shutdown-timeout within the grace period).
+
+    ``canary``: the canary's own Deployment (``NAME-canary``), whose pods carry the
+    service's selector labels (the Service sends them its share of the requests) and
+    :data:`CANARY_LABEL`, which its selector adds. ``replicas`` overrides the spec's."""
     config = vllm_speculative_config(spec, speculation)
     speculative_config = config.to_json() if config is not None else None
     pod_spec: Obj = {
@@ -352,21 +368,22 @@ def render_deployment(
         ]
     if spec.engine.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.engine.image_pull_secrets]
+    own = {**selector, CANARY_LABEL: "true"} if canary else dict(selector)
     return _with_hash(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": _metadata(name, namespace, name),
+            "metadata": _metadata(canary_name(name) if canary else name, namespace, name),
             "spec": {
-                "replicas": spec.replicas,
-                "selector": {"matchLabels": dict(selector)},
+                "replicas": spec.replicas if replicas is None else replicas,
+                "selector": {"matchLabels": own},
                 "strategy": {
                     "type": "RollingUpdate",
                     "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
                 },
                 "template": {
                     "metadata": {
-                        "labels": {**child_labels(name), **selector},
+                        "labels": {**child_labels(name), **own},
                         "annotations": {SPECULATIVE_CONFIG_ANNOTATION: speculative_config or "off"},
                     },
                     "spec": pod_spec,
@@ -463,10 +480,22 @@ def render_objects(
     speculation: SpecConfig,
     options: RenderOptions,
     selector: Selector,
+    canary: SpecConfig | None = None,
 ) -> list[Obj]:
-    """Every child of a SpeculativeService, in apply order, all selecting with ``selector``."""
+    """Every child of a SpeculativeService, in apply order, all selecting with ``selector``.
+
+    With a ``canary`` config one of the replicas moves to the canary's Deployment."""
+    replicas = spec.replicas - 1 if canary is not None else spec.replicas
     objects = [
-        render_deployment(name, namespace, spec, speculation, options, selector),
+        render_deployment(name, namespace, spec, speculation, options, selector, replicas=replicas)
+    ]
+    if canary is not None:
+        objects.append(
+            render_deployment(
+                name, namespace, spec, canary, options, selector, replicas=1, canary=True
+            )
+        )
+    objects += [
         render_service(name, namespace, selector),
         render_pdb(name, namespace, selector),
     ]

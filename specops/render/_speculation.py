@@ -25,12 +25,14 @@ from specops.api import (
     SpeculationChoice,
     SpeculativeConfigStatus,
     SpeculativeServiceSpec,
+    SpeculativeServiceStatus,
 )
 from specops.errors import SpecValidationError
 from specops.policy import ScheduleRange, SpecConfig
 from specops.vllm import SpeculativeConfig, flag_value
 
 __all__ = [
+    "canary_in_force",
     "config_allowed",
     "controller_choice",
     "data_parallel_size",
@@ -188,6 +190,25 @@ def speculation_in_force(
     """The controller's choice from status when it applies, else the spec's starting point."""
     chosen, _ = controller_choice(spec, status)
     return chosen if chosen is not None else speculation_from_spec(spec)
+
+
+def canary_in_force(
+    spec: SpeculativeServiceSpec, status: SpeculativeServiceStatus | None
+) -> SpecConfig | None:
+    """The config of the canary the controller recorded, when one runs: in mode Auto, with
+    two or more replicas, beside the speculation in force, and allowed by the spec (status
+    is anyone's to edit, so it is checked on every read)."""
+    saved = status.controller.canary if status is not None and status.controller else None
+    if saved is None or spec.speculation.mode != "Auto" or spec.replicas < 2:
+        return None
+    try:
+        config, baseline = spec_config(saved.speculative_config), spec_config(saved.baseline)
+    except SpecValidationError:
+        return None
+    in_force = speculation_in_force(spec, status.speculative_config if status else None)
+    if baseline != in_force or config == in_force or _outside_spec(spec, config) is not None:
+        return None
+    return config
 
 
 def config_allowed(spec: SpeculativeServiceSpec, config: SpecConfig) -> bool:

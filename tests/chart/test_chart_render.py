@@ -151,12 +151,13 @@ def test_rbac_covers_what_the_operator_does_and_only_that(render: Render) -> Non
         for resource in rule["resources"]
     }
     # GET, LIST and WATCH to read, PATCH to write (apply, status, kopf's marks), create for an
-    # apply that makes a child: never update (PUT) or delete (the garbage collector does).
+    # apply that makes a child: never update (PUT), and delete only for a canary's Deployment
+    # once the canary ends (the garbage collector takes the rest with their owner).
     children = {"get", "create", "patch"}
     assert granted == {
         ("specops.io", "speculativeservices"): {"get", "list", "watch", "patch"},
         ("specops.io", "speculativeservices/status"): {"get", "patch"},
-        ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
+        ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
         ("", "services"): children,
         ("policy", "poddisruptionbudgets"): children,
         ("monitoring.coreos.com", "podmonitors"): children,

@@ -11,6 +11,7 @@ from specops.observation import (
     CostPointObservation,
     DistributionObservation,
     EstimateStatus,
+    LatencyObservation,
     LoadObservation,
     OutcomeObservation,
     PodObservation,
@@ -42,8 +43,10 @@ def pod_observation(
     window_s: float = 300.0,
     tokens_per_second: float = 1000.0,
     cost_points: Sequence[CostPointObservation] = (),
+    tpot_s: float | None = None,
 ) -> PodObservation:
-    """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``."""
+    """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``
+    (and, with ``tpot_s``, that mean time per output token)."""
     ok = EstimateStatus.OK
     per_position = [alpha ** (i + 1) for i in range(k)]
     acceptance = (
@@ -73,7 +76,19 @@ def pod_observation(
         cost=CostObservation(status=ok, points=list(cost_points))
         if cost_points
         else CostObservation(status=EstimateStatus.UNKNOWN, reason="no profile"),
-        outcome=OutcomeObservation(status=ok, output_tokens_per_second=tokens_per_second),
+        outcome=OutcomeObservation(
+            status=ok,
+            output_tokens_per_second=tokens_per_second,
+            tpot=LatencyObservation(
+                observations=1000.0,
+                mean_seconds=tpot_s,
+                p50_seconds=tpot_s,
+                p90_seconds=tpot_s,
+                p99_seconds=tpot_s,
+            )
+            if tpot_s is not None
+            else None,
+        ),
     )
     return PodObservation(
         namespace="ml",

@@ -56,6 +56,11 @@ class FakeCluster:
         self.samples = 0
         self.interval: float | None = None
         self.forgotten: list[tuple[str, str]] = []
+        self.tpot_s = 0.010
+        # What a canary's pods report while one runs: their k (None: the fleet's) and TPOT.
+        self.canary_k: int | None = None
+        self.canary_tpot_s = 0.008
+        self.canary_fetches = 0
 
     def now(self) -> float:
         return time.time() + self.offset
@@ -70,16 +75,33 @@ class FakeCluster:
         self.forgotten.append((namespace, name))
 
     async def fetch(
-        self, namespace: str, name: str, spec: SpeculativeServiceSpec, pods: Sequence[PodTarget]
+        self,
+        namespace: str,
+        name: str,
+        spec: SpeculativeServiceSpec,
+        pods: Sequence[PodTarget],
+        *,
+        canary: bool = False,
     ) -> Fetched:
-        self.fetches += 1
         at = self.now() if self.status is EstimateStatus.OK else self.now() - 900
+        if canary:
+            self.canary_fetches += 1
+            k, tpot, names = self.canary_k or self.k, self.canary_tpot_s, ("llama-canary-a",)
+        else:
+            self.fetches += 1
+            k, tpot, names = self.k, self.tpot_s, ("llama-a", "llama-b")
         return Fetched(
             tuple(
                 pod_observation(
-                    pod, at=at, running=self.running, k=self.k, alpha=0.8, status=self.status
+                    pod,
+                    at=at,
+                    running=self.running,
+                    k=k,
+                    alpha=0.8,
+                    status=self.status,
+                    tpot_s=tpot,
                 )
-                for pod in ("llama-a", "llama-b")
+                for pod in names
             )
         )
 
@@ -93,6 +115,8 @@ def _body(mode: str = "Auto") -> dict[str, Any]:
         restartCostSeconds=10,
         rolloutTimeoutSeconds=60,
         rollbackCooldownSeconds=600,
+        # These tests follow a change made on the prediction; the canary has its own.
+        canary={"enabled": False},
     )
     return body
 
@@ -406,3 +430,100 @@ async def test_each_writer_owns_its_status_fields_also_on_an_object_an_older_ope
         async with kmock.delete(f"{SVC_PATH}/llama") as response:
             assert response.status in (200, 202)
         await eventually(lambda: (NS, "llama") in cluster.forgotten, "the loop stopped")
+
+
+def _canary_body() -> dict[str, Any]:
+    body = _body()
+    body["spec"]["policy"]["canary"] = {"enabled": True, "windows": 2, "maxWindows": 4}
+    return body
+
+
+def _k_of(kmock: Any, name: str) -> int | None:
+    deployment = live(kmock, DEPLOYMENT, name)
+    if deployment is None:
+        return None
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return int(json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"])
+
+
+def _replicas(kmock: Any, name: str) -> int | None:
+    deployment = live(kmock, DEPLOYMENT, name)
+    return None if deployment is None else int(deployment["spec"]["replicas"])
+
+
+async def _canary_started(kmock: Any, cluster: FakeCluster) -> int:
+    """Create the service; once its canary runs on one pod of two, the canary's k."""
+    async with kmock.post(SVC_PATH, json=_canary_body()) as response:
+        assert response.status in (200, 201)
+    await eventually(lambda: _decision(kmock) == ("Canary", "CanaryStarted"), "a canary")
+    await eventually(lambda: live(kmock, DEPLOYMENT, "llama-canary") is not None, "its Deployment")
+    status = _status(kmock)
+    canary = status["controller"]["canary"]
+    k = int(canary["speculativeConfig"]["numSpeculativeTokens"])
+    assert k > 3 and canary["baseline"]["numSpeculativeTokens"] == 3
+    assert status["lastDecision"]["canary"]["verdict"] == "Running"
+    assert status["speculativeConfig"]["numSpeculativeTokens"] == 3  # the fleet stays
+    deployment = live(kmock, DEPLOYMENT, "llama-canary")
+    assert deployment is not None
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["specops.io/canary"] == "true" and labels["app.kubernetes.io/instance"] == "llama"
+    assert deployment["spec"]["selector"]["matchLabels"]["specops.io/canary"] == "true"
+    assert (_k_of(kmock, "llama-canary"), _replicas(kmock, "llama-canary")) == (k, 1)
+    await eventually(lambda: _replicas(kmock, "llama") == 1, "the fleet gives up one pod")
+    assert _k_of(kmock, "llama") == 3
+    cluster.canary_k = k
+    return k
+
+
+async def test_a_canary_that_measures_faster_rolls_the_fleet(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    """With two replicas the change runs on one pod first; 25 % faster per output token on
+    the same load over two windows, it goes to the whole fleet and the canary goes."""
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        k = await _canary_started(kmock, cluster)
+        cluster.canary_tpot_s = 0.008  # the fleet's 10 ms over 8 ms: +25 %
+        await eventually(lambda: _decision(kmock) == ("Reconfigure", "CanaryPassed"), "promoted")
+        status = _status(kmock)
+        result = status["lastDecision"]["canary"]
+        assert result["verdict"] == "Promoted" and result["windows"] >= 2
+        assert result["measuredGainPercent"] == pytest.approx(25.0)
+        assert result["lowGainPercent"] == pytest.approx(25.0)
+        assert status["controller"].get("canary") is None
+        await eventually(
+            lambda: _status(kmock)["speculativeConfig"]["numSpeculativeTokens"] == k,
+            "the canary's config recorded for the fleet",
+        )
+        await eventually(lambda: _k_of(kmock, "llama") == k, "the fleet re-rendered")
+        await eventually(lambda: _replicas(kmock, "llama") == 2, "every replica back")
+        await eventually(lambda: live(kmock, DEPLOYMENT, "llama-canary") is None, "canary gone")
+        await eventually(
+            lambda: any("llama-canary deleted" in e["message"] for e in _events(kmock)),
+            "an Event for the canary's Deployment deleted",
+        )
+        messages = [e["message"] for e in _events(kmock)]
+        assert any("CanaryStarted" in m for m in messages), messages
+        assert any("CanaryPassed" in m and "+25.0%" in m for m in messages), messages
+
+
+async def test_a_canary_that_measures_slower_is_rolled_back_with_a_warning(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        await _canary_started(kmock, cluster)
+        cluster.canary_tpot_s = 0.0125  # 20 % slower per output token than the fleet
+        await eventually(lambda: _decision(kmock) == ("Rollback", "CanaryFailed"), "rolled back")
+        status = _status(kmock)
+        result = status["lastDecision"]["canary"]
+        assert result["verdict"] == "RolledBack"
+        assert result["measuredGainPercent"] == pytest.approx(-20.0)
+        assert status["speculativeConfig"]["numSpeculativeTokens"] == 3
+        await eventually(lambda: live(kmock, DEPLOYMENT, "llama-canary") is None, "canary gone")
+        await eventually(lambda: _replicas(kmock, "llama") == 2, "every replica back")
+        assert _k_of(kmock, "llama") == 3
+        await eventually(
+            lambda: any(
+                e["type"] == "Warning" and "CanaryFailed" in e["message"] for e in _events(kmock)
+            ),
+            "a warning Event for the canary",
+        )

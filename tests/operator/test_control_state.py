@@ -20,6 +20,7 @@ from specops_operator._status import rollout_complete
 from specops.api import ControllerStatus, SpeculativeConfigStatus, parse_service
 from specops.control import (
     Action,
+    Canary,
     ControlInput,
     ControllerState,
     ControlSettings,
@@ -87,6 +88,7 @@ def _full_state() -> ControllerState:
             BatchDistribution.from_weights({6: 0.5, 8: 0.5}),
             BatchDistribution.from_weights({190: 0.25, 192: 0.75}),
         ),
+        canary=Canary(SpecConfig.static(5), TABLE, 1_700_000_200.0, 0.125, (1.2, 1.25)),
     )
 
 

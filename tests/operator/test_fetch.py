@@ -233,3 +233,28 @@ async def test_a_prometheus_not_allowed_is_never_asked_and_says_why() -> None:
     (failure,) = fetched.failures
     assert "http://attacker:9090/internal/admin is not among the Prometheus servers" in failure
     assert "allowed: http://prom:9090, prom-2" in failure
+
+
+async def test_a_canarys_pods_are_read_apart_from_the_rest_of_the_service() -> None:
+    now = 1_000_000.0
+    queries: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        queries.append(request.url.params["query"])
+        return httpx.Response(200, text=json.dumps(_matrix(now - 15, 4, 100)))
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
+    canary = [PodTarget("llama-canary-5d8f-x2k", "10.0.0.9")]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        source = PrometheusServiceSource(httpx_get(client), ["prom"], clock=lambda: now)
+        await source.fetch("ml", "llama", spec, [])
+        fetched = await source.fetch("ml", "llama", spec, canary, canary=True)
+        assert fetched.observations and not fetched.failures
+        nothing = await source.fetch("ml", "llama", spec, [], canary=True)
+        await source.sample("ml", "llama", spec)  # the service's reader and the canary's
+    service, canary_query, sampled, sampled_canary = queries
+    # The names as regular expressions (re.escape), in a PromQL string.
+    assert r'pod!~"llama\\-canary-.+"' in service, service
+    assert r'pod=~"llama\\-canary\\-5d8f\\-x2k"' in canary_query, canary_query
+    assert nothing.failures == ("no Ready canary pod",)
+    assert "pod!~" in sampled and "pod=~" in sampled_canary

@@ -23,6 +23,7 @@ from specops.cli import main
 from specops.errors import SpecValidationError
 from specops.policy import ScheduleRange, SpecConfig
 from specops.render import (
+    CANARY_LABEL,
     HASH_ANNOTATION,
     OWNER_UID_LABEL,
     PRE_STOP_SLEEP_SECONDS,
@@ -35,6 +36,7 @@ from specops.render import (
     render_objects,
     selector_labels,
     spec_config,
+    speculation_choice,
     speculation_from_spec,
     speculation_in_force,
     speculation_spec_hash,
@@ -463,3 +465,74 @@ def _with_uid(uid: str | None) -> SpeculativeService:
     if uid is not None:
         body["metadata"]["uid"] = uid
     return parse_service(body)
+
+
+def _with_canary(canary: SpecConfig, replicas: int = 2, baseline: SpecConfig | None = None) -> Any:
+    """The example with ``replicas`` and a canary of ``canary`` in status.controller."""
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"]["uid"] = "uid-llama-1"
+    body["spec"]["replicas"] = replicas
+    spec = apply_defaults(parse_spec(body["spec"]))
+    in_force = speculation_from_spec(spec)
+    choice = speculation_choice(baseline or in_force).model_dump(by_alias=True, exclude_none=True)
+    body["status"] = {
+        "controller": {
+            "config": choice,
+            "lastGood": choice,
+            "canary": {
+                "speculativeConfig": speculation_choice(canary).model_dump(
+                    by_alias=True, exclude_none=True
+                ),
+                "baseline": choice,
+                "startedAt": "2026-01-01T00:00:00Z",
+                "predictedGainPercent": 12.0,
+            },
+        }
+    }
+    return parse_service(body)
+
+
+def test_a_canary_runs_one_replica_in_a_deployment_of_its_own() -> None:
+    result = plan(_with_canary(SpecConfig.static(5)), RenderOptions())
+    assert result.canary == SpecConfig.static(5)
+    fleet, canary = (o for o in result.objects if o["kind"] == "Deployment")
+    assert (fleet["metadata"]["name"], fleet["spec"]["replicas"]) == ("llama", 1)
+    assert (canary["metadata"]["name"], canary["spec"]["replicas"]) == ("llama-canary", 1)
+    assert canary["metadata"]["labels"]["specops.io/service"] == "llama"
+    labels = canary["spec"]["template"]["metadata"]["labels"]
+    # The Service selects it with the rest (it gets its share of the requests); its own
+    # selector and the label the controller measures it apart by say it is the canary.
+    assert all(labels[k] == v for k, v in result.selector.items())
+    assert labels[CANARY_LABEL] == "true"
+    assert canary["spec"]["selector"]["matchLabels"] == {**result.selector, CANARY_LABEL: "true"}
+    assert CANARY_LABEL not in fleet["spec"]["template"]["metadata"]["labels"]
+    service = next(o for o in result.objects if o["kind"] == "Service")
+    assert service["spec"]["selector"] == result.selector
+
+    def k(deployment: Any) -> int:
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        return int(
+            json.loads(args[args.index("--speculative-config") + 1])["num_speculative_tokens"]
+        )
+
+    assert k(canary) == 5 and k(fleet) == speculation_from_spec(result.spec).num_speculative_tokens
+    # The fleet's pods are not restarted by the canary: only its replica count moves.
+    alone = plan(_with_uid("uid-llama-1"), RenderOptions()).objects[0]
+    assert fleet["spec"]["template"] == alone["spec"]["template"]
+
+
+@pytest.mark.parametrize(
+    ("canary", "replicas", "baseline"),
+    [
+        (SpecConfig.static(5), 1, None),  # one replica has no canary
+        (SpecConfig.static(20), 2, None),  # outside the spec's k bounds
+        (SpecConfig.static(5), 2, SpecConfig.static(4)),  # beside another config than in force
+    ],
+)
+def test_a_canary_in_status_that_cannot_run_is_not_rendered(
+    canary: SpecConfig, replicas: int, baseline: SpecConfig | None
+) -> None:
+    result = plan(_with_canary(canary, replicas, baseline), RenderOptions())
+    assert result.canary is None
+    assert [o["metadata"]["name"] for o in result.objects if o["kind"] == "Deployment"] == ["llama"]
+    assert result.objects[0]["spec"]["replicas"] == replicas
