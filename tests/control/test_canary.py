@@ -61,7 +61,7 @@ def test_a_faster_canary_is_promoted_after_its_windows_and_the_fleet_rolls() -> 
     report = decision.canary
     assert report is not None and report.verdict is CanaryVerdict.PROMOTED
     assert report.windows == 3 and report.gain == pytest.approx(0.25, abs=0.01)
-    assert report.low is not None and report.high is not None
+    assert report.gain is not None and report.low is not None and report.high is not None
     assert report.low < report.gain < report.high
     assert "measured over 3 windows" in decision.reason
 
@@ -141,14 +141,14 @@ def test_a_refuted_canary_is_not_tried_again_until_the_regime_changes() -> None:
         decision = decide(state, _with_tpot(_steady(t), 0.010, 0.011), TWO, SETTINGS, t)
         state = decision.state
     assert state.refuted is not None and state.refuted.config == K1
-    later = 180 + SETTINGS.min_dwell_s + 60
+    later = 180.0 + SETTINGS.min_dwell_s + 60
     again = decide(state, _steady(later), TWO, SETTINGS, later)
     assert again.action is Action.KEEP and again.code is ReasonCode.CANARY_FAILED
     assert "tried again when the regime changes" in again.reason
     assert "-9.1% (" in again.reason  # what it measured, not what was predicted
     # A new regime (a different load, confirmed over two windows) clears it.
-    state, t = again.state, later
+    state, now = again.state, later
     while state.refuted is not None:
-        t += 60
-        state = decide(state, _steady(t, batch=12), TWO, SETTINGS, t).state
-        assert t < later + 600
+        now += 60
+        state = decide(state, _steady(now, batch=12), TWO, SETTINGS, now).state
+        assert now < later + 600

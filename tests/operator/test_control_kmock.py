@@ -84,6 +84,7 @@ class FakeCluster:
         canary: bool = False,
     ) -> Fetched:
         at = self.now() if self.status is EstimateStatus.OK else self.now() - 900
+        names: tuple[str, ...]
         if canary:
             self.canary_fetches += 1
             k, tpot, names = self.canary_k or self.k, self.canary_tpot_s, ("llama-canary-a",)
