@@ -10,6 +10,7 @@ import kopf
 import prometheus_client
 
 from specops.render import RenderOptions
+from specops_operator._kube import DISCOVERY_REFRESH_S
 
 __all__ = ["operator", "peering_priority", "settings_for"]
 
@@ -79,6 +80,15 @@ def peering_priority(peering: str | None, given: int | None) -> int:
     help="At start, server-side apply the SpeculativeService CRD at this operator's schema"
     " (Helm never upgrades a chart's crds/); needs get and patch on that CRD.",
 )
+@click.option(
+    "--discovery-refresh",
+    "discovery_refresh_s",
+    type=click.FloatRange(min=0),
+    default=DISCOVERY_REFRESH_S,
+    show_default=True,
+    help="Seconds the operator trusts what API discovery said (whether the Prometheus"
+    " Operator's PodMonitor is served), instead of asking at every reconciliation.",
+)
 @click.option("--verbose", is_flag=True, help="Log at debug level.")
 @click.option("--log-format", type=click.Choice(["full", "plain", "json"]), default="full")
 def operator(
@@ -90,6 +100,7 @@ def operator(
     sidecar_image: str,
     allowed_prometheus: tuple[str, ...],
     manage_crd: bool,
+    discovery_refresh_s: float,
     verbose: bool,
     log_format: str,
 ) -> None:
@@ -115,5 +126,6 @@ def operator(
             options=RenderOptions(sidecar_image=sidecar_image),
             allowed_prometheus=allowed_prometheus,
             manage_crd=manage_crd,
+            discovery_refresh_s=discovery_refresh_s,
         ),
     )

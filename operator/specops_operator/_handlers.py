@@ -17,7 +17,7 @@ from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
 from specops_operator._control import ControlLoopOptions, control_tick
 from specops_operator._fetch import Observer
-from specops_operator._kube import Kube, KubeApiError
+from specops_operator._kube import DISCOVERY_REFRESH_S, Kube, KubeApiError
 from specops_operator._metrics import (
     RECONCILE_SECONDS,
     RECONCILES,
@@ -43,7 +43,9 @@ def _configure(
 ) -> None:
     settings.posting.level = logging.INFO
     if getattr(memo, "kube", None) is None:
-        memo.kube = Kube.from_environment()
+        memo.kube = Kube.from_environment(
+            discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S)
+        )
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
     if getattr(memo, "control", None) is None:

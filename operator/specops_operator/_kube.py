@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, cast
 
 import kubernetes
@@ -18,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError
 
-__all__ = ["CONFLICT", "FIELD_MANAGER", "Kube", "KubeApiError"]
+__all__ = ["CONFLICT", "DISCOVERY_REFRESH_S", "FIELD_MANAGER", "Kube", "KubeApiError"]
 
 Obj = dict[str, Any]
 
@@ -40,6 +43,9 @@ FIELD_MANAGER = "specops"
 # Seconds to connect and to read one answer: a hung connection fails the reconciliation (kopf
 # retries it) instead of holding the service's turn and an executor thread for ever.
 REQUEST_TIMEOUT = (5.0, 30.0)
+# Seconds an answer of API discovery is trusted: which API groups a cluster serves changes
+# when someone installs or removes an operator, not at every reconciliation.
+DISCOVERY_REFRESH_S = 600.0
 
 
 class KubeApiError(SpecopsError):
@@ -75,18 +81,29 @@ def _object_path(obj: Obj) -> str:
 class Kube:
     """A thin synchronous client over ``kubernetes.client.ApiClient`` for arbitrary kinds."""
 
-    def __init__(self, api: kubernetes.client.ApiClient) -> None:
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        *,
+        discovery_refresh_s: float = DISCOVERY_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._api = api
+        self._discovery_refresh_s = discovery_refresh_s
+        self._clock = clock
+        # API group -> (served, when it was asked); shared by the executor's threads.
+        self._groups: dict[str, tuple[bool, float]] = {}
+        self._groups_lock = threading.Lock()
 
     @classmethod
-    def from_environment(cls) -> Kube:
+    def from_environment(cls, *, discovery_refresh_s: float = DISCOVERY_REFRESH_S) -> Kube:
         """In-cluster service account if present, else the kubeconfig (KUBECONFIG or ~/.kube)."""
         try:
             kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
             # Read KUBECONFIG now: the client captured it when it was imported.
             kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
-        return cls(kubernetes.client.ApiClient())
+        return cls(kubernetes.client.ApiClient(), discovery_refresh_s=discovery_refresh_s)
 
     def _call(
         self,
@@ -218,7 +235,22 @@ class Kube:
         )
 
     def has_api_group(self, group: str) -> bool:
-        """Whether the API server serves ``group`` (e.g. monitoring.coreos.com)."""
+        """Whether the API server serves ``group`` (e.g. monitoring.coreos.com).
+
+        The answer is kept for ``discovery_refresh_s``: every reconciliation asks, and on a
+        cluster without the group each asking would be a 404 round trip. A failed asking is
+        not kept, so the next reconciliation asks again."""
+        with self._groups_lock:
+            known = self._groups.get(group)
+        now = self._clock()
+        if known is not None and now - known[1] < self._discovery_refresh_s:
+            return known[0]
+        served = self._discover(group)
+        with self._groups_lock:
+            self._groups[group] = (served, now)
+        return served
+
+    def _discover(self, group: str) -> bool:
         try:
             self._call("GET", f"/apis/{group}")
         except KubeApiError as exc:

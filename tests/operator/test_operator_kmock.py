@@ -169,6 +169,9 @@ async def _idempotent(kmock: Any) -> int:
     await eventually(lambda: _reconciles(kmock) > reconciles_before, "a second reconciliation")
     await asyncio.sleep(0.5)
     assert _writes(kmock)[settled:] == []
+    # Whether PodMonitors are served was asked once, not at every reconciliation.
+    discovery = [r for r in list(kmock) if r.url.path == "/apis/monitoring.coreos.com"]
+    assert len(discovery) == 1, discovery
     return settled
 
 
