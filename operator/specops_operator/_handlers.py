@@ -32,6 +32,10 @@ __all__ = ["RECHECK_SECONDS"]
 
 RECHECK_SECONDS = 60.0
 _SERVICE = (GROUP, VERSION, PLURAL)
+# Labels every child the operator has made carries (specops.render.child_labels, since the
+# first release). The watch of Deployments asks the API server for these only: a
+# cluster's other Deployments then never reach the operator, not even to be filtered out.
+_OWNED_SELECTOR = "app.kubernetes.io/managed-by=specops,specops.io/service"
 
 
 @kopf.on.startup()
@@ -42,6 +46,7 @@ def _configure(
     **_: Any,
 ) -> None:
     settings.posting.level = logging.INFO
+    settings.watching.label_selectors["apps", "deployments"] = _OWNED_SELECTOR
     if getattr(memo, "kube", None) is None:
         memo.kube = Kube.from_environment(
             discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S)

@@ -281,3 +281,26 @@ async def test_a_spec_only_the_operator_finds_wrong_is_degraded_with_one_warning
     await asyncio.sleep(2)  # and only one, however often kopf retries
     assert warnings() == ["Warning"]
     assert live(kmock, "apps/v1/deployments", "llama") is None
+
+
+async def test_deployments_are_listed_and_watched_only_with_the_owned_labels(
+    operator: Any,
+) -> None:
+    """The API server filters the Deployments the operator lists and watches by the labels of
+    its children, so another Deployment's change never reaches the operator."""
+    kmock = operator
+
+    def reads() -> list[Any]:
+        return [
+            r
+            for r in list(kmock)
+            if r.method.value == "GET"
+            and r.resource is not None
+            and r.resource.plural == "deployments"
+            and r.name is None
+        ]
+
+    await eventually(lambda: any(r.params.get("watch") == "true" for r in reads()), "a watch")
+    assert {r.params.get("labelSelector") for r in reads()} == {
+        "app.kubernetes.io/managed-by=specops,specops.io/service"
+    }
