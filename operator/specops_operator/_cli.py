@@ -10,7 +10,7 @@ import kopf
 import prometheus_client
 
 from specops.render import RenderOptions
-from specops_operator._kube import DISCOVERY_REFRESH_S
+from specops_operator._kube import DISCOVERY_REFRESH_S, KUBE_BURST, KUBE_QPS
 
 __all__ = ["operator", "peering_priority", "settings_for"]
 
@@ -89,6 +89,21 @@ def peering_priority(peering: str | None, given: int | None) -> int:
     help="Seconds the operator trusts what API discovery said (whether the Prometheus"
     " Operator's PodMonitor is served), instead of asking at every reconciliation.",
 )
+@click.option(
+    "--kube-qps",
+    type=click.FloatRange(min=0),
+    default=KUBE_QPS,
+    show_default=True,
+    help="Requests a second the operator sends the Kubernetes API at most, on average"
+    " (reconciliations and the control loop; kopf's watches and Events are apart). 0: no limit.",
+)
+@click.option(
+    "--kube-burst",
+    type=click.IntRange(min=1),
+    default=KUBE_BURST,
+    show_default=True,
+    help="Requests the operator may send at once above --kube-qps after a quiet spell.",
+)
 @click.option("--verbose", is_flag=True, help="Log at debug level.")
 @click.option("--log-format", type=click.Choice(["full", "plain", "json"]), default="full")
 def operator(
@@ -101,6 +116,8 @@ def operator(
     allowed_prometheus: tuple[str, ...],
     manage_crd: bool,
     discovery_refresh_s: float,
+    kube_qps: float,
+    kube_burst: int,
     verbose: bool,
     log_format: str,
 ) -> None:
@@ -127,5 +144,7 @@ def operator(
             allowed_prometheus=allowed_prometheus,
             manage_crd=manage_crd,
             discovery_refresh_s=discovery_refresh_s,
+            kube_qps=kube_qps,
+            kube_burst=kube_burst,
         ),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -17,7 +18,13 @@ from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
 from specops_operator._control import ControlLoopOptions, control_tick
 from specops_operator._fetch import Observer
-from specops_operator._kube import DISCOVERY_REFRESH_S, Kube, KubeApiError
+from specops_operator._kube import (
+    DISCOVERY_REFRESH_S,
+    KUBE_BURST,
+    KUBE_QPS,
+    Kube,
+    KubeApiError,
+)
 from specops_operator._metrics import (
     RECONCILE_SECONDS,
     RECONCILES,
@@ -36,6 +43,8 @@ _SERVICE = (GROUP, VERSION, PLURAL)
 # first release). The watch of Deployments asks the API server for these only: a
 # cluster's other Deployments then never reach the operator, not even to be filtered out.
 _OWNED_SELECTOR = "app.kubernetes.io/managed-by=specops,specops.io/service"
+# The threads of a ThreadPoolExecutor made without a size (kopf's, asyncio's default one).
+_DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 
 @kopf.on.startup()
@@ -47,9 +56,17 @@ def _configure(
 ) -> None:
     settings.posting.level = logging.INFO
     settings.watching.label_selectors["apps", "deployments"] = _OWNED_SELECTOR
+    # Pinned, so the connection pool below is sized to the threads that will really call.
+    workers = settings.execution.max_workers or _DEFAULT_THREADS
+    settings.execution.max_workers = workers
     if getattr(memo, "kube", None) is None:
         memo.kube = Kube.from_environment(
-            discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S)
+            # kopf's executor (the reconciliations) and asyncio's, where the control loop's
+            # API calls run (asyncio.to_thread)
+            connections=workers + _DEFAULT_THREADS,
+            qps=getattr(memo, "kube_qps", KUBE_QPS),
+            burst=getattr(memo, "kube_burst", KUBE_BURST),
+            discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S),
         )
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()

@@ -21,7 +21,16 @@ from kubernetes.client.exceptions import ApiException
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError
 
-__all__ = ["CONFLICT", "DISCOVERY_REFRESH_S", "FIELD_MANAGER", "Kube", "KubeApiError"]
+__all__ = [
+    "CONFLICT",
+    "DISCOVERY_REFRESH_S",
+    "FIELD_MANAGER",
+    "KUBE_BURST",
+    "KUBE_QPS",
+    "Kube",
+    "KubeApiError",
+    "TokenBucket",
+]
 
 Obj = dict[str, Any]
 
@@ -46,6 +55,11 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 # Seconds an answer of API discovery is trusted: which API groups a cluster serves changes
 # when someone installs or removes an operator, not at every reconciliation.
 DISCOVERY_REFRESH_S = 600.0
+# Requests a second the operator's client sends at most, on average, and how many it may
+# send at once after a quiet spell: a fleet resyncing together queues here instead of
+# flooding the API server (kopf's own watches and Events go through its own client).
+KUBE_QPS = 50.0
+KUBE_BURST = 100
 
 
 class KubeApiError(SpecopsError):
@@ -78,6 +92,38 @@ def _object_path(obj: Obj) -> str:
     return f"{collection}/{meta['name']}"
 
 
+class TokenBucket:
+    """A limit of ``qps`` requests a second on average, ``burst`` at once; qps 0: no limit.
+
+    A caller takes its slot under the lock and waits for it outside, so threads queue in
+    the order they came and none holds the others up while it sleeps."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._qps, self._burst = qps, max(burst, 1)
+        self._clock, self._sleep = clock, sleep
+        self._tokens, self._at = float(self._burst), clock()
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        """Wait until one more request is within the limit."""
+        if self._qps <= 0:
+            return
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self._burst, self._tokens + (now - self._at) * self._qps)
+            self._at = now
+            self._tokens -= 1.0  # below zero: slots already promised to earlier callers
+            wait = -self._tokens / self._qps
+        if wait > 0:
+            self._sleep(wait)
+
+
 class Kube:
     """A thin synchronous client over ``kubernetes.client.ApiClient`` for arbitrary kinds."""
 
@@ -86,9 +132,11 @@ class Kube:
         api: kubernetes.client.ApiClient,
         *,
         discovery_refresh_s: float = DISCOVERY_REFRESH_S,
+        limit: TokenBucket | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
+        self._limit = limit or TokenBucket(KUBE_QPS, KUBE_BURST)
         self._discovery_refresh_s = discovery_refresh_s
         self._clock = clock
         # API group -> (served, when it was asked); shared by the executor's threads.
@@ -96,14 +144,30 @@ class Kube:
         self._groups_lock = threading.Lock()
 
     @classmethod
-    def from_environment(cls, *, discovery_refresh_s: float = DISCOVERY_REFRESH_S) -> Kube:
-        """In-cluster service account if present, else the kubeconfig (KUBECONFIG or ~/.kube)."""
+    def from_environment(
+        cls,
+        *,
+        connections: int,
+        qps: float = KUBE_QPS,
+        burst: int = KUBE_BURST,
+        discovery_refresh_s: float = DISCOVERY_REFRESH_S,
+    ) -> Kube:
+        """In-cluster service account if present, else the kubeconfig (KUBECONFIG or ~/.kube).
+
+        ``connections``: as many as threads call at once, so none opens and drops a
+        connection of its own when the pool is full (the client's default is 5 per CPU)."""
         try:
             kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
             # Read KUBECONFIG now: the client captured it when it was imported.
             kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
-        return cls(kubernetes.client.ApiClient(), discovery_refresh_s=discovery_refresh_s)
+        configuration = kubernetes.client.Configuration.get_default_copy()
+        configuration.connection_pool_maxsize = connections
+        return cls(
+            kubernetes.client.ApiClient(configuration),
+            discovery_refresh_s=discovery_refresh_s,
+            limit=TokenBucket(qps, burst),
+        )
 
     def _call(
         self,
@@ -114,6 +178,7 @@ class Kube:
         content_type: str = _MERGE_PATCH,
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
+        self._limit.take()
         headers = {"Accept": "application/json"}
         if method == "PATCH":
             headers["Content-Type"] = content_type

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import kopf
 import kubernetes
 import pytest
-from specops_operator import _kube
-from specops_operator._kube import Kube, KubeApiError
+import yaml
+from specops_operator import _handlers, _kube
+from specops_operator._kube import Kube, KubeApiError, TokenBucket
 
 SERVICE = {
     "apiVersion": "specops.io/v1alpha1",
@@ -67,3 +71,54 @@ def test_api_discovery_is_asked_once_per_refresh_interval() -> None:
     clock[0] += 2.0
     assert not kube.has_api_group("monitoring.coreos.com")
     assert len(kube.asked) == 2
+
+
+def test_the_token_bucket_lets_a_burst_through_then_paces_at_qps() -> None:
+    now, slept = [0.0], []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    bucket = TokenBucket(qps=10.0, burst=3, clock=lambda: now[0], sleep=sleep)
+    for _ in range(3):
+        bucket.take()
+    assert slept == []
+    bucket.take()
+    bucket.take()  # queued behind the one before: its slot comes a tenth of a second later
+    assert slept == pytest.approx([0.1, 0.2])
+    now[0] += 10.0  # a quiet spell refills the burst, no more
+    for _ in range(3):
+        bucket.take()
+    assert len(slept) == 2
+    bucket.take()
+    assert slept[-1] == pytest.approx(0.1)
+
+
+def test_without_qps_nothing_waits() -> None:
+    bucket = TokenBucket(qps=0.0, burst=1, sleep=lambda _: pytest.fail("waited"))
+    for _ in range(100):
+        bucket.take()
+
+
+def test_the_connection_pool_holds_a_connection_per_calling_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every worker thread of kopf's executor can hold a connection at once: a full pool
+    drops the extra ones ("Connection pool is full") and opens a new one per request."""
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    settings = kopf.OperatorSettings()
+    settings.execution.max_workers = 40
+    memo = kopf.Memo(control=object())
+    log = logging.getLogger("test")
+    _handlers._configure(settings=settings, memo=memo, logger=log)  # type: ignore[call-arg]
+    pool = memo.kube._api.rest_client.pool_manager.connection_pool_kw["maxsize"]
+    assert pool >= 40
