@@ -5,7 +5,10 @@ its Deployment, its pods), fetches the pods' observations, restores the controll
 state from status, calls the pure :func:`specops.control.decide` with ``now`` from an
 injected clock, and applies the status fields it owns as their one writer
 (:mod:`specops_operator._owners`): ``status.controller`` (the state), ``status.lastDecision``,
-``status.lastMeasurements`` and the ``MetricsAvailable`` condition. A change applied in mode
+``status.lastMeasurements`` and the ``MetricsAvailable`` condition. The apply is skipped when
+the object holds all of these already but for the decision's and the window's times (a hold
+on the same state): a restarted operator resumes from the same state, and decides at once,
+as the time on the object is that of the last decision written. A change applied in mode
 Auto is handed to a reconciliation at once, which renders the Deployment (a rolling update
 with maxUnavailable 0) and records it in ``status.speculativeConfig`` (source Controller).
 Events are posted when the action or reason changes, metrics on every decision.
@@ -72,7 +75,7 @@ from specops_operator._metrics import (
     SPECULATIVE_TOKENS,
     STEP_TIME_INTERVALS,
 )
-from specops_operator._owners import Writer, status_apply
+from specops_operator._owners import Writer, owned_status, status_apply
 from specops_operator._reconcile import planned, reconcile
 from specops_operator._state import restore_state, save_state, timestamp, unix_time
 from specops_operator._status import rollout_complete
@@ -85,6 +88,7 @@ __all__ = [
     "control_tick",
     "decision_status",
     "deployment_ready",
+    "forget_decisions",
     "plan_tick",
 ]
 
@@ -94,6 +98,9 @@ Obj = dict[str, Any]
 # (type "Normal" or "Warning", reason, message)
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
 _MODES = tuple(m.value for m in Mode)
+# When each service last decided, for decisions whose status apply was skipped: the object
+# still holds the time of an earlier one, and the next is due a window after this one.
+_DECIDED: dict[tuple[str, str], float] = {}
 
 
 @dataclass(frozen=True)
@@ -328,9 +335,38 @@ def _wait(service: SpeculativeService, options: ControlLoopOptions, now: float) 
     if status is not None and status.controller is not None and status.controller.rollout:
         period = min(period, options.rollout_poll_s)
     last = status.last_decision if status is not None else None
-    if last is None:
+    times = [unix_time(last.time)] if last is not None else []
+    times += [_DECIDED[key]] if (key := _key(service)) in _DECIDED else []
+    if not times:
         return 0.0
-    return max(period - (now - unix_time(last.time)), 0.0)
+    return max(period - (now - max(times)), 0.0)
+
+
+def _key(service: SpeculativeService) -> tuple[str, str]:
+    return service.metadata.namespace, service.metadata.name
+
+
+def forget_decisions(namespace: str, name: str) -> None:
+    """A deleted service's last decision time is of no use; one made again starts afresh."""
+    _DECIDED.pop((namespace, name), None)
+
+
+def _news(status: Mapping[str, Any]) -> Obj:
+    """The control loop's status without what changes at every decision and says nothing
+    new: the times of the decision and of the window measured."""
+    news = dict(status)
+    for field_ in ("lastDecision", "lastMeasurements"):
+        if isinstance(news.get(field_), Mapping):
+            news[field_] = {k: v for k, v in news[field_].items() if k != "time"}
+    return news
+
+
+def _unchanged(owned: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether the object already holds every field of the control loop's apply ``owned``
+    (controller state, decision, measurements, MetricsAvailable), times aside: then the
+    apply would change nothing a reader or a restarted operator needs."""
+    held = owned_status(body.get("status") or {}, Writer.CONTROLLER)
+    return _news(owned) == _news(held)
 
 
 def _next_tick(due_in: float, sampling_interval: float | None) -> float:
@@ -510,7 +546,11 @@ async def control_tick(
         canary,
     )
     owned = status_apply(Writer.CONTROLLER, tick.status)
-    patched = await asyncio.to_thread(kube.apply_status, body, owned, Writer.CONTROLLER)
+    _DECIDED[namespace, name] = tick.decision.at
+    if _unchanged(owned, body):  # a hold on the same state: an apply would be a no-op write
+        patched = body
+    else:
+        patched = await asyncio.to_thread(kube.apply_status, body, owned, Writer.CONTROLLER)
     _report(namespace, name, spec.speculation.mode, tick.decision)
     if tick.event is not None:
         post_event(patched, *tick.event)

@@ -16,7 +16,7 @@ import kopf
 from specops.api import GROUP, PLURAL, VERSION, crd
 from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
-from specops_operator._control import ControlLoopOptions, control_tick
+from specops_operator._control import ControlLoopOptions, control_tick, forget_decisions
 from specops_operator._fetch import Observer
 from specops_operator._kube import (
     DISCOVERY_REFRESH_S,
@@ -204,3 +204,4 @@ async def control_loop(
         options.source.forget(namespace, name)
         forget_service(namespace, name)
         forget_turn(namespace, name)
+        forget_decisions(namespace, name)

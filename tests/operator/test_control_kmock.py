@@ -144,6 +144,15 @@ def _decision(kmock: Any) -> tuple[str, str] | None:
     return (last["action"], last["reasonCode"]) if last else None
 
 
+def _applies(kmock: Any) -> int:
+    """Status applies of the control loop."""
+    return sum(
+        1
+        for r in list(kmock)
+        if r.method.value == "PATCH" and r.params.get("fieldManager") == "specops-controller"
+    )
+
+
 def _engine_config(kmock: Any) -> dict[str, Any] | None:
     deployment = live(kmock, DEPLOYMENT, "llama")
     if deployment is None:
@@ -276,7 +285,15 @@ async def test_stale_metrics_hold_the_config_and_say_so(
             assert response.status in (200, 201)
         await eventually(lambda: _decision(kmock) == ("Withhold", "MetricsUnavailable"), "hold")
         fetched = cluster.fetches
-        await eventually(lambda: cluster.fetches >= fetched + 2, "two more ticks")
+        await eventually(lambda: cluster.fetches >= fetched + 1, "the hold on its saved state")
+        fetched, applied = cluster.fetches, _applies(kmock)
+        decided = _sample("specops_decisions_total", action="Withhold", reason="MetricsUnavailable")
+        await eventually(lambda: cluster.fetches >= fetched + 3, "three more ticks")
+        # The same hold on the same state writes nothing, and is still counted.
+        assert _applies(kmock) == applied
+        assert decided + 3 <= _sample(
+            "specops_decisions_total", action="Withhold", reason="MetricsUnavailable"
+        )
         status = _status(kmock)
         conditions = {c["type"]: c for c in status["conditions"]}
         assert conditions["MetricsAvailable"]["status"] == "False"
