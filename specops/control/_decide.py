@@ -666,7 +666,7 @@ def _evaluate(
     evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
     evaluation = _probe_off(state, evaluation, regime.load, models, settings)
     return _over_the_mixture(
-        state, regime, evaluation, acceptance, measured, service, cost, settings
+        state, regime, evaluation, acceptance, measured, service, cost, models, settings
     )
 
 
@@ -687,6 +687,7 @@ def _over_the_mixture(
     measured: ControlInput,
     service: ServiceModel,
     cost: LearnedCost,
+    models: tuple[SpeedModel, ...],
     settings: ControlSettings,
 ) -> _Evaluation:
     """The evaluation, or one config for the service's recent mixture of loads.
@@ -697,7 +698,9 @@ def _over_the_mixture(
     wherever it differs from the one before, is set against the one config best over all
     of them: where the one config does as well, the alternation is served without
     restarting each time, and the choice is that config, or the config in force when it is
-    that config.
+    that config. Its gain over the config in force is judged as any change's: the mean's,
+    and the one it beats with the asked confidence under the posterior draws (``models``),
+    since the one config may run at a load where it was never measured.
     """
     choice = evaluation.choice
     past = list(zip(state.past_loads, state.regime_lengths[-len(state.past_loads) :], strict=True))
@@ -731,6 +734,7 @@ def _over_the_mixture(
         return evaluation
     in_force = sum(seconds * value(state.config, load) for load, seconds in spans)
     gain = static / in_force - 1.0 if in_force > 0 else 0.0
+    likely = min(gain, _mixture_gain_likely(spans, mixed.config, state.config, models, settings))
     words = (
         f"one config for the recent mixture of loads ({len(past)} past regimes and this one, "
         f"{sum(seconds for _, seconds in spans):.0f}s): it serves them "
@@ -740,10 +744,28 @@ def _over_the_mixture(
     return replace(
         evaluation,
         choice=kept,
-        likely=gain,
+        likely=likely,
         mean_gain=gain,
         horizon=sum(seconds for _, seconds in spans),
     )
+
+
+def _mixture_gain_likely(
+    spans: list[tuple[BatchDistribution, float]],
+    config: SpecConfig,
+    current: SpecConfig,
+    models: tuple[SpeedModel, ...],
+    settings: ControlSettings,
+) -> float:
+    """The gain of ``config`` over ``current`` through ``spans`` that the posterior draws
+    beat with ``gain_confidence``."""
+    gains = []
+    for model in models:
+        new = sum(s * predict(config, load, model, settings.objective).value for load, s in spans)
+        old = sum(s * predict(current, load, model, settings.objective).value for load, s in spans)
+        gains.append(new / old - 1.0 if old > 0 else 0.0)
+    gains.sort()
+    return gains[int((1.0 - settings.gain_confidence) * (len(gains) - 1))]
 
 
 def _probe_off(
