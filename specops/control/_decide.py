@@ -607,10 +607,16 @@ def _track(
     """The state with the window's regime and acceptance learnt; whether the regime is new;
     the window's acceptance (corrected for positions a table cut short; None if unmeasured)."""
     window_curve = _measure_acceptance(state, measured, load, cost, settings)
+    # Past the positions this window reached, what a longer k measured before.
+    learnt = (
+        window_curve.extended(state.acceptance)
+        if window_curve is not None and state.acceptance is not None
+        else window_curve
+    )
     regime, new_regime = track_regime(
         state.regime,
         load,
-        window_curve,
+        learnt,
         measured.num_drafts,
         measured.window_end,
         settings.regime,
@@ -623,8 +629,8 @@ def _track(
             past_loads=(*state.past_loads, state.regime.load)[-_LOADS_KEPT:],
         )
     state = replace(state, regime=regime)
-    if window_curve is not None:
-        state = replace(state, acceptance=window_curve, acceptance_drafts=measured.num_drafts)
+    if learnt is not None:
+        state = replace(state, acceptance=learnt, acceptance_drafts=measured.num_drafts)
     return state, regime, new_regime, window_curve
 
 

@@ -77,6 +77,17 @@ class AcceptanceCurve:
     def measured_positions(self) -> int:
         return len(self.rates)
 
+    def extended(self, longer: AcceptanceCurve) -> AcceptanceCurve:
+        """This curve, then past its positions the conditional rates a_i / a_{i-1} that
+        ``longer`` measured there: a window at a short k reaches only its first positions,
+        and the chance of accepting one more token past them is the workload's, so what a
+        longer k measured before is kept rather than extrapolated from the last position."""
+        rates = list(self.rates)
+        for i in range(len(rates), longer.measured_positions):
+            before = longer.rates[i - 1]
+            rates.append(rates[-1] * (longer.rates[i] / before if before > 0 else 0.0))
+        return AcceptanceCurve(tuple(rates))
+
     def conditional_tail(self) -> float:
         """P(token i accepted | token i-1 accepted) at the last measured position."""
         if len(self.rates) == 1:

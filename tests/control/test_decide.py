@@ -290,3 +290,16 @@ def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switc
     # With cheap restarts, switching per regime pays again.
     cheap = decide(history, measured, ONE_K, replace(SETTINGS, restart_cost_s=1.0), 0)
     assert cheap.action is Action.RECONFIGURE and cheap.config == alone.config
+
+
+def test_a_window_at_a_shorter_k_keeps_what_a_longer_k_measured_past_it() -> None:
+    """k=3 measured 0.5 per token at every position; after k=1 windows that measure 0.6 at
+    position 1, positions 2 and 3 keep the conditional 0.5 measured before instead of the
+    one position's geometric tail (0.6, 0.36, 0.216)."""
+    state = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 0)
+    state = replace(state.state, config=SpecConfig.static(1), rollout=None)
+    state = decide(state, _window(60, [4] * 60, k=1, alpha=0.6), ONE_K, SETTINGS, 60).state
+    assert state.acceptance is not None
+    assert state.acceptance.rates == pytest.approx((0.6, 0.3, 0.15))
+    assert state.regime is not None and state.regime.acceptance is not None
+    assert state.regime.acceptance.measured_positions == 3

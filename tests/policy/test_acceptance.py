@@ -55,3 +55,14 @@ def test_curve_rejects_increasing_rates() -> None:
 def test_no_drafts_is_unknown_not_zero() -> None:
     with pytest.raises(ValueError, match="no drafts"):
         AcceptanceCurve.from_counters(0, [0, 0])
+
+
+def test_a_short_window_keeps_the_conditional_rates_a_longer_k_measured() -> None:
+    longer = AcceptanceCurve((0.8, 0.6, 0.3))  # conditional 0.75, then 0.5
+    short = AcceptanceCurve((0.7,))
+    kept = short.extended(longer)
+    assert kept.rates == pytest.approx((0.7, 0.7 * 0.75, 0.7 * 0.75 * 0.5))
+    # Not the geometric tail of its one position (0.7, 0.49, 0.343).
+    assert kept.expected_tokens(3) < short.expected_tokens(3)
+    assert longer.extended(short) == longer  # nothing to add past what it measured
+    assert AcceptanceCurve((0.5, 0.0)).extended(AcceptanceCurve((0.9, 0.0, 0.0))).rates[2] == 0
