@@ -4,19 +4,19 @@ Every number is measured, not evaluated from the formula: closed loop at a fixed
 concurrency (= batch) on the engine built from the truth, output-token throughput of EAGLE
 with k drafts over no speculation. Per truth: the speedup by batch and k; the best k by
 batch beside vLLM's documented Llama-3.1-8B + EAGLE-3 table (pass: within one k); the
-best-k speedup beside the EAGLE-3 paper (pass: within 10 % at batches 2-64); and the
-crossover per k (the smallest batch where k loses to no speculation) at several context
-lengths.
+best-k speedup beside the EAGLE-3 paper (pass: within 10 % at each of its batches 2-64);
+and the crossover per k (the smallest batch where k loses to no speculation) at several
+context lengths. Each measurement sees hundreds of requests finish, so the acceptance it
+runs at is the workload's (reported beside each best k), not that of a seed's first draws.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specops_lab.sim._drive import run_closed_loop
 from specops_lab.sim._engine import EngineConfig, SimulatedEngine, parse_speculative_config
 from specops_lab.sim._truth import EngineTruth, load_truth, truth_names
 from specops_lab.sim._workload import (
@@ -31,21 +31,26 @@ __all__ = [
     "BATCHES",
     "CONTEXTS",
     "CONTEXT_BATCHES",
+    "CONTEXT_MIN_REQUESTS",
     "EAGLE3_PAPER",
     "KS",
+    "MIN_REQUESTS",
     "VLLM_TABLE",
+    "Check",
     "SpeedupTable",
     "TruthValidation",
     "context_workload",
     "documented_k",
+    "eagle3_paper_checks",
     "load_truths",
     "measure_speedups",
     "render_markdown",
     "validate_truth",
+    "vllm_table_checks",
     "write_report",
 ]
 
-BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)
+BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 56, 64, 96, 128, 160, 192, 256)
 KS: tuple[int, ...] = (1, 2, 3, 4, 5)
 CONTEXTS: tuple[int, ...] = (1024, 4096, 16384)
 CONTEXT_BATCHES: tuple[int, ...] = (32, 64, 128, 192, 256)
@@ -77,6 +82,16 @@ PAPER_TOLERANCE = 0.10
 _SHAREGPT_CONDITIONAL = (0.647, 0.603, 0.618, 0.656, 0.671)
 _CONTEXT_OUTPUT = 512
 
+# Requests each measurement of the workload sees finish, at least: six times the sharegpt
+# trace set's 310, so the acceptance measured is the workload's. A seed's first few dozen
+# draws are no sample of it: at two requests per slot (32-96 requests) batches 16-48 ran
+# 8 % above it. Here a speedup moves by about 1 % from seed to seed (2 % at 640 requests).
+MIN_REQUESTS = 2000
+# The context sweep's requests draw their acceptance position by position: a few suffice.
+CONTEXT_MIN_REQUESTS = 16
+# Simulated seconds a closed loop runs between looks at what finished.
+_SLICE_S = 0.5
+
 
 def documented_k(batch: int) -> int:
     """The k vLLM's documented 8B + EAGLE-3 table runs at ``batch``."""
@@ -90,7 +105,9 @@ class SpeedupTable:
     truth: str
     workload: str
     speedup: dict[int, dict[int, float]]
-    acceptance_length: dict[int, float]
+    acceptance_length: dict[int, dict[int, float]]
+    """Per batch and k: tokens per request per step in the measured window (1 + accepted /
+    drafts, as vLLM's metric has it)."""
 
     def best_k(self, batch: int) -> int:
         """The k with the highest speedup, or 0 when none beats no speculation."""
@@ -104,6 +121,37 @@ class SpeedupTable:
     def crossover(self, k: int) -> int | None:
         """The smallest measured batch where k drafts lose to none (None: never here)."""
         return next((b for b, row in self.speedup.items() if row[k] < 1.0), None)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One published figure beside what the engine measured at the same batch."""
+
+    source: str
+    batch: int
+    published: float
+    measured: float
+    passed: bool
+
+
+def vllm_table_checks(table: SpeedupTable) -> tuple[Check, ...]:
+    """Best k beside vLLM's documented table at every measured batch: pass within one k."""
+    return tuple(
+        Check("vLLM table", b, documented_k(b), best, abs(best - documented_k(b)) <= 1)
+        for b in table.speedup
+        for best in (table.best_k(b),)
+    )
+
+
+def eagle3_paper_checks(table: SpeedupTable) -> tuple[Check, ...]:
+    """Best-k speedup beside the EAGLE-3 paper at each of its batches measured: pass within
+    10 %."""
+    return tuple(
+        Check("EAGLE-3 paper", b, paper, best, abs(best / paper - 1) <= PAPER_TOLERANCE)
+        for b, paper in EAGLE3_PAPER.items()
+        if b in table.speedup
+        for best in (table.best_speedup(b),)
+    )
 
 
 @dataclass(frozen=True)
@@ -123,6 +171,12 @@ def _throughput(
     requests: int,
     seed: int,
 ) -> tuple[float, float]:
+    """Output tokens per second while ``requests`` finish, after ``batch`` have (warm-up).
+
+    A closed loop at ``batch`` run a slice of simulated time at a time, so the engine
+    steps in stretches: a measurement of a few hundred requests costs what a benchmark's
+    does. The window opens and closes at a slice's end, its tokens and time both counted.
+    """
     spec = None
     if k is not None:
         spec = json.dumps({"method": "eagle", "model": "eagle-head", "num_speculative_tokens": k})
@@ -132,8 +186,30 @@ def _throughput(
         truth=truth,
         seed=seed,
     )
-    result = run_closed_loop(engine, batch, requests=requests + batch, warmup_requests=batch)
-    return result.throughput, engine.metrics().mean_acceptance_length
+    finished = 0
+
+    def run_until_finished(count: int) -> None:
+        nonlocal finished
+        while finished < count:
+            # run_until refills after every step but its last: a request that finished in
+            # the slice's last step is replaced here.
+            for _ in range(batch - engine.num_running - engine.num_waiting):
+                engine.add_request()
+            engine.run_until(engine.now + _SLICE_S, concurrency=batch)
+            finished += len(engine.take_finished())
+
+    names = (
+        "vllm:generation_tokens",
+        "vllm:spec_decode_num_drafts",
+        "vllm:spec_decode_num_accepted_tokens",
+    )
+    run_until_finished(batch)
+    start, before = engine.now, [engine.metrics().counters[name] for name in names]
+    run_until_finished(batch + requests)
+    tokens, drafts, accepted = (
+        engine.metrics().counters[name] - count for name, count in zip(names, before, strict=True)
+    )
+    return tokens / (engine.now - start), 1.0 + accepted / drafts if drafts else float("nan")
 
 
 def measure_speedups(
@@ -143,21 +219,21 @@ def measure_speedups(
     batches: Sequence[int] = BATCHES,
     ks: Sequence[int] = KS,
     requests_per_slot: int = 2,
-    min_requests: int = 32,
+    min_requests: int = MIN_REQUESTS,
     seed: int = 0,
 ) -> SpeedupTable:
     """Closed loop at each batch: ``max(min_requests, requests_per_slot * batch)`` measured."""
     spec = load_workload(workload) if isinstance(workload, str) else workload
     speedup: dict[int, dict[int, float]] = {}
-    acceptance: dict[int, float] = {}
+    acceptance: dict[int, dict[int, float]] = {}
     for batch in batches:
         requests = max(min_requests, requests_per_slot * batch)
         base, _ = _throughput(truth, spec, batch, None, requests, seed)
-        speedup[batch] = {}
+        speedup[batch], acceptance[batch] = {}, {}
         for k in ks:
             throughput, length = _throughput(truth, spec, batch, k, requests, seed)
             speedup[batch][k] = throughput / base
-            acceptance[k] = length
+            acceptance[batch][k] = length
     return SpeedupTable(truth.name, spec.name, speedup, acceptance)
 
 
@@ -181,7 +257,8 @@ def validate_truth(
     context_batches: Sequence[int] = CONTEXT_BATCHES,
     ks: Sequence[int] = KS,
     requests_per_slot: int = 2,
-    min_requests: int = 32,
+    min_requests: int = MIN_REQUESTS,
+    context_min_requests: int = CONTEXT_MIN_REQUESTS,
     seed: int = 0,
 ) -> TruthValidation:
     """Every measurement of the report for one truth."""
@@ -201,7 +278,7 @@ def validate_truth(
             batches=context_batches,
             ks=ks,
             requests_per_slot=requests_per_slot,
-            min_requests=min_requests // 2,
+            min_requests=context_min_requests,
             seed=seed,
         )
         for context in contexts
@@ -211,6 +288,13 @@ def validate_truth(
 
 def _verdict(ok: bool) -> str:
     return "pass" if ok else "FAIL"
+
+
+def _summary(source: str, checks: Iterable[Check]) -> str:
+    checks = list(checks)
+    failed = [str(check.batch) for check in checks if not check.passed]
+    passed = f"{source} {len(checks) - len(failed)}/{len(checks)} pass"
+    return passed + (f" (FAIL at batch {', '.join(failed)})" if failed else "")
 
 
 def render_markdown(validation: TruthValidation) -> str:
@@ -226,34 +310,54 @@ def render_markdown(validation: TruthValidation) -> str:
     ]
     if sources.compared_with:
         lines.append("Compared with: " + "; ".join(sources.compared_with) + ".")
+    table_checks = {check.batch: check for check in vllm_table_checks(table)}
+    paper_checks = {check.batch: check for check in eagle3_paper_checks(table)}
     lines += [
         "",
         "Output-token throughput over no speculation, measured in the engine, closed loop "
-        "at concurrency = batch. Best k beside vLLM's documented 8B + EAGLE-3 table (pass: "
-        "within one k); best-k speedup beside the EAGLE-3 paper (pass: within 10 %).",
+        f"at concurrency = batch, at the {table.workload} workload's acceptance (tokens per "
+        "request per step of the best k beside it; the EAGLE-3 paper ran EAGLE-3 on "
+        "MT-Bench). Best k beside vLLM's documented 8B + EAGLE-3 table (pass: within one "
+        "k); best-k speedup beside the EAGLE-3 paper (pass: within 10 %).",
         "",
-        "| batch | " + " | ".join(f"k={k}" for k in ks) + " | best k | vLLM table | ±1 "
-        "| best speedup | EAGLE-3 paper | ±10 % |",
-        "|---|" + "---|" * len(ks) + "---|---|---|---|---|---|",
+        "| batch | " + " | ".join(f"k={k}" for k in ks) + " | best k | tokens/step | vLLM "
+        "table | ±1 | best speedup | EAGLE-3 paper | ±10 % |",
+        "|---|" + "---|" * len(ks) + "---|---|---|---|---|---|---|",
     ]
     for batch, row in table.speedup.items():
         cells = " | ".join(f"{row[k]:.2f}" for k in ks)
-        best, documented = table.best_k(batch), documented_k(batch)
-        paper = EAGLE3_PAPER.get(batch)
-        speedup = table.best_speedup(batch)
+        best = table.best_k(batch)
+        length = table.acceptance_length[batch][best] if best else 1.0
+        documented = table_checks[batch]
+        paper = paper_checks.get(batch)
         paper_cells = (
-            f"{paper:.2f} | {_verdict(abs(speedup / paper - 1) <= PAPER_TOLERANCE)}"
+            f"{paper.published:.2f} | {paper.measured / paper.published - 1:+.0%} "
+            f"{_verdict(paper.passed)}"
             if paper is not None
             else " | "
         )
         lines.append(
-            f"| {batch} | {cells} | {best} | {documented} | "
-            f"{_verdict(abs(best - documented) <= 1)} | {speedup:.2f} | {paper_cells} |"
+            f"| {batch} | {cells} | {best} | {length:.2f} | {documented.published:.0f} | "
+            f"{_verdict(documented.passed)} | {table.best_speedup(batch):.2f} | {paper_cells} |"
         )
+    lengths = {
+        k: sum(by_k[k] for by_k in table.acceptance_length.values()) / len(table.speedup)
+        for k in ks
+    }
     lines += [
         "",
-        "Mean acceptance length the metrics reported: "
-        + ", ".join(f"k={k}: {table.acceptance_length[k]:.3f}" for k in ks)
+        "Checks: "
+        + "; ".join(
+            _summary(source, checks)
+            for source, checks in (
+                ("vLLM table", table_checks.values()),
+                ("EAGLE-3 paper", paper_checks.values()),
+            )
+        )
+        + ".",
+        "",
+        "Tokens per request per step measured, mean over the batches: "
+        + ", ".join(f"k={k}: {lengths[k]:.3f}" for k in ks)
         + ".",
         "",
         "Crossover per k by mean context (the smallest batch where k drafts lose to none; "
