@@ -507,6 +507,11 @@ async def test_a_canary_that_measures_faster_rolls_the_fleet(
         assert result["verdict"] == "Promoted" and result["windows"] >= 2
         assert result["measuredGainPercent"] == pytest.approx(25.0)
         assert result["lowGainPercent"] == pytest.approx(25.0)
+        await eventually(
+            lambda: _sample("specops_canary_gain_ratio", quantity="measured") == 0.25,
+            "the measured gain exported",
+        )
+        assert _sample("specops_canary_gain_ratio", quantity="predicted") > 0.05
         assert status["controller"].get("canary") is None
         await eventually(
             lambda: _status(kmock)["speculativeConfig"]["numSpeculativeTokens"] == k,
