@@ -296,8 +296,8 @@ def test_a_window_at_a_shorter_k_keeps_what_a_longer_k_measured_past_it() -> Non
     """k=3 measured 0.5 per token at every position; after k=1 windows that measure 0.6 at
     position 1, positions 2 and 3 keep the conditional 0.5 measured before instead of the
     one position's geometric tail (0.6, 0.36, 0.216)."""
-    state = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 0)
-    state = replace(state.state, config=SpecConfig.static(1), rollout=None)
+    first = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, SETTINGS, 0)
+    state = replace(first.state, config=SpecConfig.static(1), rollout=None)
     state = decide(state, _window(60, [4] * 60, k=1, alpha=0.6), ONE_K, SETTINGS, 60).state
     assert state.acceptance is not None
     assert state.acceptance.rates == pytest.approx((0.6, 0.3, 0.15))
