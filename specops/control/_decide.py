@@ -322,6 +322,17 @@ def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
     return restart * settings.capacity_loss
 
 
+def _past_hour(state: ControllerState, now: float) -> list[float]:
+    """The times of the changes of the past hour (the hourly cap counts them)."""
+    return [t for t in state.changes if now - t < _HOUR]
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of posterior draws' ``values`` (the nearest draw below it)."""
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))]
+
+
 @dataclass(frozen=True)
 class _Evaluation:
     """The policy's choice for the regime, and what it would gain over the config in force.
@@ -511,8 +522,7 @@ def _under_posterior(
             batches[crossover.k].append(crossover.batch)
     likely = choice.gain_over_current
     if gains:
-        gains.sort()
-        likely = min(likely, gains[int((1.0 - settings.gain_confidence) * (len(gains) - 1))])
+        likely = min(likely, _quantile(gains, 1.0 - settings.gain_confidence))
     bands = tuple(
         CrossoverBand(
             k,
@@ -588,7 +598,7 @@ def _gate(
             f"minimum dwell: the last change was {now - state.last_change_at:.0f}s ago "
             f"(dwell {settings.min_dwell_s:.0f}s)"
         )
-    recent = [t for t in state.changes if now - t < _HOUR]
+    recent = _past_hour(state, now)
     if len(recent) >= settings.max_reconfigurations_per_hour:
         return ReasonCode.HOURLY_CAP, (
             f"{len(recent)} reconfigurations in the past hour reach the cap of "
@@ -770,8 +780,7 @@ def _mixture_gain_likely(
         new = sum(s * predict(config, load, model, settings.objective).value for load, s in spans)
         old = sum(s * predict(current, load, model, settings.objective).value for load, s in spans)
         gains.append(new / old - 1.0 if old > 0 else 0.0)
-    gains.sort()
-    return gains[int((1.0 - settings.gain_confidence) * (len(gains) - 1))]
+    return _quantile(gains, 1.0 - settings.gain_confidence)
 
 
 def _probe_off(
@@ -814,9 +823,7 @@ def _probe_off(
         over_choice.append(
             relative_gain(off_speed, predict(choice.config, load, model, settings.objective))
         )
-    over_current.sort()
-    over_choice.sort()
-    upside = over_choice[int(settings.gain_confidence * (len(over_choice) - 1))]
+    upside = _quantile(over_choice, settings.gain_confidence)
     may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.horizon
     may_lose = sum(max(-g, 0.0) for g in over_choice) / len(models) * settings.min_dwell_s
     restart = settings.margin * _restart_cost(state, settings)
@@ -836,9 +843,9 @@ def _probe_off(
         evaluation,
         choice=probe,
         mean_gain=mean_gain,
-        likely=over_current[int((1.0 - settings.gain_confidence) * (len(models) - 1))],
+        likely=_quantile(over_current, 1.0 - settings.gain_confidence),
         probe=True,
-        upside=over_current[int(settings.gain_confidence * (len(models) - 1))],
+        upside=_quantile(over_current, settings.gain_confidence),
     )
 
 
@@ -945,7 +952,7 @@ def _judge(
             f"mode Advise: recommending {choice.config.describe()} ({pays}); not applied. "
             f"{choice.reason}",
         )
-    changes = (*[t for t in state.changes if now - t < _HOUR], now)
+    changes = (*_past_hour(state, now), now)
     if settings.canary and replicas >= 2:
         canary = Canary(choice.config, state.config, now, evaluation.mean_gain)
         started = replace(state, canary=canary, changes=changes, last_change_at=now)
@@ -1048,7 +1055,7 @@ def _follow_canary(
             ended,
             config=canary.config,
             rollout=Rollout(target=canary.config, previous=state.last_good, started_at=now),
-            changes=(*[t for t in state.changes if now - t < _HOUR], now),
+            changes=(*_past_hour(state, now), now),
         )
         return _Outcome(
             Action.RECONFIGURE,
