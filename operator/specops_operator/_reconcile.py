@@ -205,11 +205,19 @@ def planned(
     was made; a new one (or a name taken by a foreign object, which is never written)
     selects by the owner's uid too."""
     name, namespace = service.metadata.name, service.metadata.namespace
-    ref = {"apiVersion": "apps/v1", "kind": "Deployment"}
-    live = kube.get({**ref, "metadata": {"namespace": namespace, "name": name}})
+    live = kube.get(_deployment(namespace, name))
     owned = live if live is not None and _owned_by(live, service.metadata.uid) else {}
     selector = (owned.get("spec", {}).get("selector") or {}).get("matchLabels")
     return plan(service, options, selector), live
+
+
+def _deployment(namespace: str, name: str) -> Obj:
+    """The reference :meth:`Kube.get` and :meth:`Kube.delete` take for a Deployment."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"namespace": namespace, "name": name},
+    }
 
 
 def _turn(namespace: str, name: str) -> threading.Lock:
@@ -282,12 +290,8 @@ def _retire_canary(
     replicas can have had one, so no other service pays the read)."""
     if wanted.canary is not None or wanted.spec.replicas < 2:
         return []
-    name, namespace = canary_name(service.metadata.name), service.metadata.namespace
-    ref = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"namespace": namespace, "name": name},
-    }
+    name = canary_name(service.metadata.name)
+    ref = _deployment(service.metadata.namespace, name)
     live = kube.get(ref)
     if live is None or not _owned_by(live, service.metadata.uid) or not kube.delete(ref):
         return []
