@@ -53,6 +53,7 @@ from specops.render import (
     HASH_ANNOTATION,
     RenderOptions,
     apply_defaults,
+    canary_in_force,
     config_allowed,
     data_parallel_size,
     performance_profile,
@@ -216,12 +217,10 @@ def decision_status(spec: SpeculativeServiceSpec, decision: Decision) -> Obj:
         "action": decision.action.value,
         "reasonCode": decision.code.value,
         "reason": decision.reason[:4096],
-        "predictedGainPercent": round(gain * 100, 3) if gain is not None else None,
+        "predictedGainPercent": _percent(gain),
         "gainSeconds": round(decision.gain_s, 1) if decision.gain_s is not None else None,
         "restartCostSeconds": round(decision.restart_cost_s, 1),
-        "likelyGainPercent": round(decision.likely_gain * 100, 3)
-        if decision.likely_gain is not None
-        else None,
+        "likelyGainPercent": _percent(decision.likely_gain),
         "stepTimeModel": _step_time_model(decision),
         "crossovers": _crossovers(decision),
         "applied": decision.applied,
@@ -528,7 +527,8 @@ async def control_tick(
     due_in = _wait(service, options, now)
     spec = apply_defaults(service.spec)
     if due_in > 0:
-        await options.source.sample(namespace, name, spec)
+        canary_runs = canary_in_force(spec, service.status) is not None
+        await options.source.sample(namespace, name, spec, canary=canary_runs)
         return _next_tick(due_in, options.source.sampling_interval(spec))
     fetched, canary, pods_ready = await _measure(
         kube, namespace, name, service, spec, options, render

@@ -90,8 +90,11 @@ class ObservationSource(Protocol):
         """Seconds between readings the loop must take itself; None when it need take none."""
         ...
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
-        """Take one reading between decisions."""
+    async def sample(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, *, canary: bool = False
+    ) -> None:
+        """Take one reading between decisions (of the canary's pods too, while ``canary``
+        says one runs)."""
         ...
 
     def forget(self, namespace: str, name: str) -> None:
@@ -155,7 +158,9 @@ class SidecarSource:
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return None
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
+    async def sample(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, *, canary: bool = False
+    ) -> None:
         return None
 
     def forget(self, namespace: str, name: str) -> None:
@@ -263,11 +268,18 @@ class PrometheusServiceSource:
             else refused_prometheus(url, self._allowed)
         )
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
+    async def sample(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, *, canary: bool = False
+    ) -> None:
+        """One reading of the service's reader, and of its canary's while one runs; once
+        none runs, the canary's reader is dropped, so no ended canary is queried."""
         if self._refused(spec) is None:
             await self._observer(namespace, name, spec).poll()
-            if (canary := self._services.get((namespace, name, True))) is not None:
-                await canary[1].poll()
+        kept = self._services.get((namespace, name, True)) if canary else None
+        if kept is not None:
+            await kept[1].poll()
+        elif not canary:
+            self._services.pop((namespace, name, True), None)
 
     def forget(self, namespace: str, name: str) -> None:
         for canary in (False, True):
@@ -321,8 +333,10 @@ class Observer:
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return self._for(spec).sampling_interval(spec)
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
-        await self._for(spec).sample(namespace, name, spec)
+    async def sample(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, *, canary: bool = False
+    ) -> None:
+        await self._for(spec).sample(namespace, name, spec, canary=canary)
 
     def forget(self, namespace: str, name: str) -> None:
         self._direct.forget(namespace, name)

@@ -68,7 +68,9 @@ class FakeCluster:
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return self.interval
 
-    async def sample(self, namespace: str, name: str, spec: SpeculativeServiceSpec) -> None:
+    async def sample(
+        self, namespace: str, name: str, spec: SpeculativeServiceSpec, *, canary: bool = False
+    ) -> None:
         self.samples += 1
 
     def forget(self, namespace: str, name: str) -> None:

@@ -251,8 +251,12 @@ async def test_a_canarys_pods_are_read_apart_from_the_rest_of_the_service() -> N
         fetched = await source.fetch("ml", "llama", spec, canary, canary=True)
         assert fetched.observations and not fetched.failures
         nothing = await source.fetch("ml", "llama", spec, [], canary=True)
-        await source.sample("ml", "llama", spec)  # the service's reader and the canary's
-    service, canary_query, sampled, sampled_canary = queries
+        await source.sample("ml", "llama", spec, canary=True)  # the service's and the canary's
+        # Once no canary runs its reader is dropped: only the service's is asked.
+        await source.sample("ml", "llama", spec)
+        await source.sample("ml", "llama", spec, canary=True)
+    service, canary_query, sampled, sampled_canary, *after = queries
+    assert len(after) == 2 and all("pod!~" in q for q in after), after
     # The names as regular expressions (re.escape), in a PromQL string.
     assert r'pod!~"llama\\-canary-.+"' in service, service
     assert r'pod=~"llama\\-canary\\-5d8f\\-x2k"' in canary_query, canary_query
