@@ -22,7 +22,7 @@ from specops_lab.cluster import (
     CacheLayout,
     ClusterInfo,
     ClusterOptions,
-    LocalCluster,
+    prune_killed_runs,
     running_cluster,
 )
 
@@ -32,21 +32,11 @@ WAIT_TIMEOUT_S = 120.0
 _PREFIX = "e2e-"
 
 
-def _prune_killed_runs(layout: CacheLayout) -> None:
-    """Remove what an e2e run killed outright (SIGKILL, OOM) left: its run directory.
-
-    Its processes died with it (they are tied to the pytest process)."""
-    for run_dir in (layout.root / "run").glob(f"{_PREFIX}*"):
-        owner = run_dir.name.removeprefix(_PREFIX)
-        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            LocalCluster(ClusterOptions(name=run_dir.name), layout=layout).down()
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[ClusterInfo]:
     """The local control plane, named after this pytest process so runs never collide."""
     layout = CacheLayout.from_env()
-    _prune_killed_runs(layout)
+    prune_killed_runs(_PREFIX, layout)
     with running_cluster(ClusterOptions(name=f"{_PREFIX}{os.getpid()}"), layout=layout) as info:
         yield info
 

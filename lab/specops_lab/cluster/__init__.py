@@ -14,6 +14,7 @@ from specops_lab.cluster._cluster import (
     ClusterStatus,
     ComponentStatus,
     LocalCluster,
+    prune_killed_runs,
     running_cluster,
 )
 from specops_lab.cluster._config import (
@@ -46,6 +47,7 @@ __all__ = [
     "find_etcd",
     "find_go",
     "free_ports",
+    "prune_killed_runs",
     "running_cluster",
     "service_account_kubeconfig",
     "spawn",

@@ -31,6 +31,7 @@ from specops_lab.cluster._config import (
     ClientCredentials,
     Component,
     Ports,
+    audit_policy,
     fake_node,
     kwok_config,
     node_pod_cidr,
@@ -265,6 +266,7 @@ class LocalCluster:
                 self._write_pair(pair, files.pki / "admin.crt", files.pki / "admin.key")
         stages = kwok_stage_files(self.layout, self.options.versions.kwok)
         files.kwok_config.write_text(kwok_config(tuple(p.read_text() for p in stages)))
+        files.audit_policy.write_text(audit_policy())
 
     @staticmethod
     def _write_pair(pair: CertKey, cert: Path, key: Path) -> None:
@@ -395,3 +397,13 @@ def running_cluster(
         yield info
     finally:
         cluster.down()
+
+
+def prune_killed_runs(prefix: str, layout: CacheLayout | None = None) -> None:
+    """Remove the run directories that a run named ``<prefix><pid>`` left when it was killed
+    outright (SIGKILL, OOM): its processes died with it (they are tied to it)."""
+    layout = layout or CacheLayout.from_env()
+    for run_dir in (layout.root / "run").glob(f"{prefix}*"):
+        owner = run_dir.name.removeprefix(prefix)
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            LocalCluster(ClusterOptions(name=run_dir.name), layout=layout).down()

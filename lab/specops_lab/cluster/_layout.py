@@ -92,6 +92,16 @@ class RunFiles:
         return self.dir / "kwok.yaml"
 
     @property
+    def audit_policy(self) -> Path:
+        return self.dir / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event per request of a ServiceAccount outside
+        kube-system (an operator's), so a benchmark counts exactly what the operator asked."""
+        return self.dir / "logs" / "audit.jsonl"
+
+    @property
     def state(self) -> Path:
         return self.dir / "state.json"
 
