@@ -26,6 +26,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "alerts": "specops.alerts._cli:alerts",
     "sidecar": "specops_sidecar._cli:sidecar",
     "podrunner": "specops_lab.podrunner._cli:podrunner",
+    "scale": "specops_lab.scale._cli:scale",
     "demo": "specops_lab.demo._cli:demo",
 }
 

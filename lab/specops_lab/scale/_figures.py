@@ -1,0 +1,174 @@
+"""What the fleet-scale benchmark measured, the targets it is judged against, and its table.
+
+Pure: the run (``_run``) fills :class:`ScaleFigures`; nothing here talks to a cluster."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["ScaleFigures", "ScaleTargets", "Target", "judge", "nearest_rank", "render_table"]
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    """The ``q`` quantile by nearest rank (p99 of 20 edits is the slowest one)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True)
+class ScaleFigures:
+    """One run's measurements. Times are wall seconds on this machine; request counts come
+    from the API server's audit log, for the operator's ServiceAccount alone.
+
+    ``None`` marks what did not happen within the run's timeout (a Deployment never made, a
+    restart that never converged), which fails its target."""
+
+    services: int
+    pods_per_service: int
+    gpu_nodes: int
+    created_s: float | None
+    steady_window_s: float
+    steady_requests: int
+    steady_writes: int
+    steady_by_kind: tuple[tuple[str, int], ...]
+    rss_peak_mib: float
+    rss_steady_mib: float
+    burst_services: int
+    burst_created_s: float | None
+    edit_latencies_s: tuple[float, ...]
+    edits_lost: int
+    restart_converged_s: float | None
+    restart_requests: int
+    memory_limit_mib: float
+
+    @property
+    def steady_per_service_minute(self) -> float:
+        minutes = self.steady_window_s / 60.0
+        return self.steady_requests / self.services / minutes if minutes > 0 else math.inf
+
+    @property
+    def steady_writes_per_service_minute(self) -> float:
+        minutes = self.steady_window_s / 60.0
+        return self.steady_writes / self.services / minutes if minutes > 0 else math.inf
+
+    @property
+    def edit_p50_s(self) -> float | None:
+        return nearest_rank(list(self.edit_latencies_s), 0.5) if self.edit_latencies_s else None
+
+    @property
+    def edit_p99_s(self) -> float | None:
+        return nearest_rank(list(self.edit_latencies_s), 0.99) if self.edit_latencies_s else None
+
+    @property
+    def restart_requests_per_service(self) -> float:
+        return self.restart_requests / (self.services + self.burst_services)
+
+
+@dataclass(frozen=True)
+class ScaleTargets:
+    """The fleet's targets (for 1000 services; the per-service ones hold at any size)."""
+
+    created_s: float = 120.0
+    steady_per_service_minute: float = 1.0
+    edit_p99_s: float = 2.0
+    restart_s: float = 120.0
+    restart_requests_per_service: float = 5.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target with what was measured against it."""
+
+    name: str
+    measured: str
+    goal: str
+    met: bool
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def _within(value: float | None, goal: float) -> bool:
+    return value is not None and value <= goal
+
+
+def judge(figures: ScaleFigures, targets: ScaleTargets) -> tuple[Target, ...]:
+    """Each target met or missed, by the figures of the run."""
+    p99 = figures.edit_p99_s
+    return (
+        Target(
+            f"all {figures.services} Deployments exist after creation",
+            _seconds(figures.created_s),
+            f"<= {targets.created_s:.0f} s",
+            _within(figures.created_s, targets.created_s),
+        ),
+        Target(
+            "steady API requests per service per minute",
+            f"{figures.steady_per_service_minute:.2f} "
+            f"({figures.steady_writes_per_service_minute:.2f} writes)",
+            f"<= {targets.steady_per_service_minute:g}",
+            figures.steady_per_service_minute <= targets.steady_per_service_minute,
+        ),
+        Target(
+            f"a user's edit reaches its Deployment while {figures.burst_services} "
+            "services are created (p99)",
+            _seconds(p99) + (f", {figures.edits_lost} lost" if figures.edits_lost else ""),
+            f"<= {targets.edit_p99_s:g} s",
+            figures.edits_lost == 0 and _within(p99, targets.edit_p99_s),
+        ),
+        Target(
+            "operator resident memory (peak)",
+            f"{figures.rss_peak_mib:.0f} MiB",
+            f"<= {figures.memory_limit_mib:.0f} MiB (the chart's limit)",
+            figures.rss_peak_mib <= figures.memory_limit_mib,
+        ),
+        Target(
+            "a restart converges",
+            _seconds(figures.restart_converged_s),
+            f"<= {targets.restart_s:.0f} s",
+            _within(figures.restart_converged_s, targets.restart_s),
+        ),
+        Target(
+            "requests per service during the restart",
+            f"{figures.restart_requests_per_service:.1f}",
+            f"<= {targets.restart_requests_per_service:g}",
+            figures.restart_requests_per_service <= targets.restart_requests_per_service,
+        ),
+    )
+
+
+def render_table(figures: ScaleFigures, targets: ScaleTargets, command: str) -> str:
+    """The run's table in Markdown: the targets, then where the steady traffic goes."""
+    pods = figures.services * figures.pods_per_service
+    lines = [
+        f"# Fleet scale: {figures.services} SpeculativeServices, {pods} GPU pods, one operator",
+        "",
+        f"Measured by `{command}` on the local control plane ({figures.gpu_nodes} fake GPU "
+        "nodes, the chart's RBAC and arguments, the operator as a local process). Request "
+        "counts are the API server's audit log for the operator's ServiceAccount; times are "
+        "wall seconds on this machine.",
+        "",
+        "| target | measured | goal | |",
+        "|---|---|---|---|",
+    ]
+    for target in judge(figures, targets):
+        verdict = "met" if target.met else "MISSED"
+        lines.append(f"| {target.name} | {target.measured} | {target.goal} | {verdict} |")
+    p50 = figures.edit_p50_s
+    lines += [
+        "",
+        f"- Steady window: {figures.steady_window_s:.0f} s, {figures.steady_requests} requests "
+        f"({figures.steady_writes} writes); resident memory at its end "
+        f"{figures.rss_steady_mib:.0f} MiB.",
+        f"- Burst: {figures.burst_services} more services, all Deployments after "
+        f"{_seconds(figures.burst_created_s)}; {len(figures.edit_latencies_s)} edits, "
+        f"p50 {_seconds(p50)}.",
+        f"- Restart: {figures.restart_requests} requests until every service was reconciled.",
+        "",
+        "| steady requests | count |",
+        "|---|---:|",
+        *(f"| {kind} | {count} |" for kind, count in figures.steady_by_kind),
+    ]
+    return "\n".join(lines) + "\n"

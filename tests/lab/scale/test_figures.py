@@ -1,0 +1,67 @@
+"""The fleet targets judged from a run's figures, and the table that reports them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specops_lab.scale import ScaleFigures, ScaleTargets, judge, render_table
+from specops_lab.scale._figures import nearest_rank
+
+FIGURES = ScaleFigures(
+    services=100,
+    pods_per_service=5,
+    gpu_nodes=64,
+    created_s=23.8,
+    steady_window_s=120.0,
+    steady_requests=960,
+    steady_writes=0,
+    steady_by_kind=(("get deployments", 600), ("list pods", 360)),
+    rss_peak_mib=112.0,
+    rss_steady_mib=100.0,
+    burst_services=300,
+    burst_created_s=114.0,
+    edit_latencies_s=tuple([0.5] * 19 + [4.2]),
+    edits_lost=0,
+    restart_converged_s=40.0,
+    restart_requests=1200,
+    memory_limit_mib=256.0,
+)
+
+
+def test_each_target_is_judged_from_its_own_figure() -> None:
+    verdicts = {t.measured: t.met for t in judge(FIGURES, ScaleTargets())}
+    # 960 requests / 100 services / 2 minutes = 4.8 per service per minute: missed.
+    assert verdicts["4.80 (0.00 writes)"] is False
+    assert verdicts["23.8 s"] is True
+    # p99 of 20 edits is the slowest one.
+    assert verdicts["4.2 s"] is False
+    assert verdicts["112 MiB"] is True
+    assert verdicts["40.0 s"] is True
+    # 1200 requests over 400 services.
+    assert verdicts["3.0"] is True
+
+
+def test_what_never_happened_misses_its_target() -> None:
+    never = replace(FIGURES, created_s=None, restart_converged_s=None, edit_latencies_s=())
+    missed = [t for t in judge(never, ScaleTargets()) if not t.met]
+    assert {t.measured for t in missed} >= {"never"}
+    assert len([t for t in missed if t.measured == "never"]) == 3
+
+
+def test_a_lost_edit_misses_the_edit_target_however_fast_the_rest() -> None:
+    fast = replace(FIGURES, edit_latencies_s=(0.1,) * 5, edits_lost=1)
+    (edit,) = [t for t in judge(fast, ScaleTargets()) if "edit" in t.name]
+    assert not edit.met and "1 lost" in edit.measured
+
+
+def test_nearest_rank_quantiles() -> None:
+    assert nearest_rank([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert nearest_rank([1.0] * 99 + [9.0], 0.99) == 1.0
+    assert nearest_rank([1.0] * 98 + [9.0, 9.0], 0.99) == 9.0
+
+
+def test_the_table_names_the_command_and_each_verdict() -> None:
+    table = render_table(FIGURES, ScaleTargets(), "specops scale --services 100")
+    assert "`specops scale --services 100`" in table
+    assert table.count("| MISSED |") == 2 and table.count("| met |") == 4
+    assert "| get deployments | 600 |" in table
