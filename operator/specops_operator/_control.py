@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -96,6 +96,8 @@ __all__ = [
 log = logging.getLogger("specops.control")
 
 Obj = dict[str, Any]
+# The pods of one service that carry every label of a selector.
+PodLister = Callable[[Mapping[str, str]], Sequence[Mapping[str, Any]]]
 # (type "Normal" or "Warning", reason, message)
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
 _MODES = tuple(m.value for m in Mode)
@@ -491,14 +493,20 @@ async def _measure(
     spec: SpeculativeServiceSpec,
     options: ControlLoopOptions,
     render: RenderOptions,
+    listed: PodLister | None,
 ) -> tuple[Fetched, Fetched | None, bool]:
     """The pods' observations (a canary's apart, while one is rendered), and whether the
-    Deployment's rollout of the rendered template is complete."""
+    Deployment's rollout of the rendered template is complete. The pods come from
+    ``listed`` (the operator's watch of owned pods) or, without it, from the API server."""
     wanted, live = await asyncio.to_thread(planned, kube, service, render)
     desired = next(
         o for o in wanted.objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name
     )
-    pods = await asyncio.to_thread(kube.list_pods, namespace, wanted.selector)
+    pods: Sequence[Mapping[str, Any]] = (
+        listed(wanted.selector)
+        if listed is not None
+        else await asyncio.to_thread(kube.list_pods, namespace, wanted.selector)
+    )
     fleet = ready_pods([p for p in pods if not _is_canary(p)])
     fetched = await options.source.fetch(namespace, name, spec, fleet)
     canary = None
@@ -515,8 +523,10 @@ async def control_tick(
     options: ControlLoopOptions,
     render: RenderOptions,
     post_event: PostEvent,
+    pods: PodLister | None = None,
 ) -> float:
-    """Decide for one SpeculativeService if a decision is due; the seconds to wait after."""
+    """Decide for one SpeculativeService if a decision is due; the seconds to wait after.
+    ``pods`` lists the service's pods by a label selector (the API server's list without)."""
     body = await asyncio.to_thread(kube.get_service, namespace, name)
     if body is None:
         return options.retry_s
@@ -531,7 +541,7 @@ async def control_tick(
         await options.source.sample(namespace, name, spec, canary=canary_runs)
         return _next_tick(due_in, options.source.sampling_interval(spec))
     fetched, canary, pods_ready = await _measure(
-        kube, namespace, name, service, spec, options, render
+        kube, namespace, name, service, spec, options, render, pods
     )
     in_force = speculation_in_force(spec, service.status.speculative_config)
     tick = plan_tick(

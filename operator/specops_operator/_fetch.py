@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -50,6 +50,8 @@ __all__ = [
     "PodTarget",
     "PrometheusServiceSource",
     "SidecarSource",
+    "matching",
+    "pod_view",
     "prometheus_allowed",
     "ready_pods",
     "refused_prometheus",
@@ -100,6 +102,40 @@ class ObservationSource(Protocol):
     def forget(self, namespace: str, name: str) -> None:
         """Drop what is kept for a service that is gone or no longer ours."""
         ...
+
+
+def pod_view(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the control loop reads of a pod (:func:`ready_pods`, the canary's label): the
+    watch cache of a fleet's pods holds this, not whole pods."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": dict(meta.get("labels") or {}),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "status": {
+            "podIP": status.get("podIP"),
+            "conditions": [
+                {"type": c.get("type"), "status": c.get("status")}
+                for c in status.get("conditions") or []
+            ],
+        },
+    }
+
+
+def matching(
+    pods: Iterable[Mapping[str, Any]], selector: Mapping[str, str]
+) -> list[Mapping[str, Any]]:
+    """The pods carrying every label of ``selector`` (what a label selector would list), by
+    name as the API server lists them: a watch cache's order changes as pods do, and the
+    reasons a decision gives (which pods failed) must not change with it."""
+    found = [
+        pod
+        for pod in pods
+        if selector.items() <= ((pod.get("metadata") or {}).get("labels") or {}).items()
+    ]
+    return sorted(found, key=lambda pod: str((pod.get("metadata") or {}).get("name")))
 
 
 def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodTarget]:

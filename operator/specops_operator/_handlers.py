@@ -16,14 +16,16 @@ import kopf
 from specops.api import GROUP, PLURAL, VERSION, crd
 from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
-from specops_operator._control import ControlLoopOptions, control_tick, forget_decisions
-from specops_operator._fetch import Observer
+from specops_operator._cache import MANAGED_BY, OWNED_SELECTOR, SERVICE_LABEL, WatchCache
+from specops_operator._control import ControlLoopOptions, Obj, control_tick, forget_decisions
+from specops_operator._fetch import Observer, matching, pod_view
 from specops_operator._kube import (
     DISCOVERY_REFRESH_S,
     KUBE_BURST,
     KUBE_QPS,
     Kube,
     KubeApiError,
+    service_ref,
 )
 from specops_operator._metrics import (
     RECONCILE_SECONDS,
@@ -39,10 +41,12 @@ __all__ = ["RECHECK_SECONDS"]
 
 RECHECK_SECONDS = 60.0
 _SERVICE = (GROUP, VERSION, PLURAL)
-# Labels every child the operator has made carries (specops.render.child_labels, since the
-# first release). The watch of Deployments asks the API server for these only: a
-# cluster's other Deployments then never reach the operator, not even to be filtered out.
-_OWNED_SELECTOR = "app.kubernetes.io/managed-by=specops,specops.io/service"
+_OWNED: Mapping[str, Any] = {
+    MANAGED_BY: "specops",
+    SERVICE_LABEL: kopf.PRESENT,
+}
+# The owned kinds watched (with the label selector) and so read from the watch cache.
+_WATCHED = ("deployments", "services", "poddisruptionbudgets", "pods")
 # The threads of a ThreadPoolExecutor made without a size (kopf's, asyncio's default one).
 _DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
@@ -55,7 +59,8 @@ def _configure(
     **_: Any,
 ) -> None:
     settings.posting.level = logging.INFO
-    settings.watching.label_selectors["apps", "deployments"] = _OWNED_SELECTOR
+    for plural in _WATCHED:
+        settings.watching.label_selectors[plural] = OWNED_SELECTOR
     # Pinned, so the connection pool below is sized to the threads that will really call.
     workers = settings.execution.max_workers or _DEFAULT_THREADS
     settings.execution.max_workers = workers
@@ -67,6 +72,7 @@ def _configure(
             qps=getattr(memo, "kube_qps", KUBE_QPS),
             burst=getattr(memo, "kube_burst", KUBE_BURST),
             discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S),
+            cache=WatchCache(),
         )
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
@@ -131,7 +137,11 @@ def _report(memo: kopf.Memo, body: Mapping[str, Any], reason: str, message: str)
 
 
 def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
-    """Reconcile one SpeculativeService; retry API failures, stop on an invalid spec."""
+    """Reconcile one SpeculativeService; retry API failures, stop on an invalid spec.
+
+    kopf hands each handler the newest version its watch has seen: the watch cache keeps
+    it (unless the operator's own last write is newer), so the reconciliation reads it there."""
+    _seen(memo, "MODIFIED", cast(kopf.Body, body))
     started = time.monotonic()
     try:
         reconcile(
@@ -163,19 +173,46 @@ def service_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _sync(body, memo)
 
 
-@kopf.on.event(
-    "apps",
-    "v1",
-    "deployments",
-    labels={"app.kubernetes.io/managed-by": "specops", "specops.io/service": kopf.PRESENT},
-)
+def _seen(memo: kopf.Memo, type_: str | None, body: kopf.Body) -> None:
+    """A watch event into the operator's watch cache (none in a bare test harness)."""
+    cache: WatchCache | None = getattr(memo.kube, "cache", None)
+    if cache is None:
+        return
+    if type_ == "DELETED":
+        cache.drop(body)
+    else:
+        cache.keep(body)
+
+
+@kopf.on.event("services", labels=_OWNED)
+@kopf.on.event("poddisruptionbudgets", labels=_OWNED)
+def owned_child_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """An owned Service or PDB changed: the resync reads it from memory."""
+    _seen(memo, type, body)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=_OWNED)
 def owned_deployment_changed(
-    namespace: str | None, labels: Mapping[str, str], memo: kopf.Memo, **_: Any
+    type: str | None,
+    body: kopf.Body,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     """Someone (the operator, a user, the Deployment controller) touched an owned Deployment."""
-    parent = memo.kube.get_service(namespace or "default", labels["specops.io/service"])
+    _seen(memo, type, body)
+    parent = memo.kube.get_service(namespace or "default", labels[SERVICE_LABEL])
     if parent is not None:
         _sync(parent, memo)
+
+
+@kopf.index("pods", labels=_OWNED)
+def owned_pods(
+    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], Obj]:
+    """The pods of each service, by (namespace, service): what the control loop measures."""
+    return {(namespace or "default", labels[SERVICE_LABEL]): pod_view(body)}
 
 
 def _post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
@@ -184,23 +221,36 @@ def _post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> Non
 
 @kopf.daemon(*_SERVICE, cancellation_timeout=10)
 async def control_loop(
-    namespace: str | None, name: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
+    namespace: str | None,
+    name: str | None,
+    memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    **indices: Any,
 ) -> None:
-    """The slow loop of one SpeculativeService: a decision every evaluation window."""
+    """The slow loop of one SpeculativeService: a decision every evaluation window (the pods
+    it measures from :func:`owned_pods`, which kopf passes by its name)."""
+    owned: kopf.Index[tuple[str, str], Obj] = indices["owned_pods"]
     options: ControlLoopOptions = memo.control
     log = logging.getLogger("specops.control")
     namespace, name = namespace or "default", name or ""
+
+    def pods(selector: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        return matching(owned.get((namespace, name), ()), selector)
+
     start_service(namespace, name)
     try:
         await stopped.wait(options.initial_delay_s)
         while not stopped:
             try:
-                wait = await control_tick(memo.kube, namespace, name, options, memo.options, _post)
+                wait = await control_tick(
+                    memo.kube, namespace, name, options, memo.options, _post, pods
+                )
             except SpecopsError as exc:
                 log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
                 wait = options.retry_s
             await stopped.wait(max(wait, 0.05))
     finally:  # deleted, or no longer ours: keep neither its readings nor its series
+        _seen(memo, "DELETED", cast(kopf.Body, service_ref(namespace, name)))
         options.source.forget(namespace, name)
         forget_service(namespace, name)
         forget_turn(namespace, name)

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from specops.api import GROUP, PLURAL, VERSION
 from specops.errors import SpecopsError
+from specops_operator._cache import WatchCache
 
 __all__ = [
     "CONFLICT",
@@ -30,6 +31,7 @@ __all__ = [
     "Kube",
     "KubeApiError",
     "TokenBucket",
+    "service_ref",
 ]
 
 Obj = dict[str, Any]
@@ -124,6 +126,15 @@ class TokenBucket:
             self._sleep(wait)
 
 
+def service_ref(namespace: str, name: str) -> Obj:
+    """The reference :meth:`Kube.get` takes for a SpeculativeService."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeService",
+        "metadata": {"namespace": namespace, "name": name},
+    }
+
+
 class Kube:
     """A thin synchronous client over ``kubernetes.client.ApiClient`` for arbitrary kinds."""
 
@@ -134,8 +145,10 @@ class Kube:
         discovery_refresh_s: float = DISCOVERY_REFRESH_S,
         limit: TokenBucket | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cache: WatchCache | None = None,
     ) -> None:
         self._api = api
+        self.cache = cache
         self._limit = limit or TokenBucket(KUBE_QPS, KUBE_BURST)
         self._discovery_refresh_s = discovery_refresh_s
         self._clock = clock
@@ -151,6 +164,7 @@ class Kube:
         qps: float = KUBE_QPS,
         burst: int = KUBE_BURST,
         discovery_refresh_s: float = DISCOVERY_REFRESH_S,
+        cache: WatchCache | None = None,
     ) -> Kube:
         """In-cluster service account if present, else the kubeconfig (KUBECONFIG or ~/.kube).
 
@@ -167,6 +181,7 @@ class Kube:
             kubernetes.client.ApiClient(configuration),
             discovery_refresh_s=discovery_refresh_s,
             limit=TokenBucket(qps, burst),
+            cache=cache,
         )
 
     def _call(
@@ -203,14 +218,34 @@ class Kube:
             raise KubeApiError(f"{method} {path}: {_refusal(data)}", response.status)
         return cast(Obj, json.loads(data))
 
-    def get(self, obj: Obj) -> Obj | None:
-        """The live version of ``obj`` (matched by kind, namespace, name), or None."""
+    def get(self, obj: Obj, *, fresh: bool = False) -> Obj | None:
+        """The live version of ``obj`` (matched by kind, namespace, name), or None.
+
+        From the watch cache when it holds the object, unless ``fresh`` (the API server
+        refused a write against the version held); what is read is kept there."""
+        if self.cache is not None and not fresh and (held := self.cache.get(obj)) is not None:
+            return held
         try:
-            return self._call("GET", _object_path(obj))
+            found = self._call("GET", _object_path(obj))
         except KubeApiError as exc:
             if exc.status == 404:
                 return None
             raise
+        return self._kept(found)
+
+    def held(self, obj: Obj) -> Obj | None:
+        """``obj`` as the watch cache holds it, None when it holds none; without a cache, as
+        :meth:`get` reads it. For a child whose absence is the usual case and may be acted
+        on a resync late (a canary's Deployment to retire): a miss then costs no request."""
+        if self.cache is None:
+            return self.get(obj)
+        return self.cache.get(obj)
+
+    def _kept(self, obj: Obj) -> Obj:
+        """``obj``, an answer of the API server, kept in the watch cache (if there is one)."""
+        if self.cache is not None:
+            self.cache.keep(obj)
+        return obj
 
     def delete(self, obj: Obj) -> bool:
         """Delete ``obj`` (matched by kind, namespace, name), its dependents in the
@@ -221,6 +256,9 @@ class Kube:
             if exc.status == 404:
                 return False
             raise
+        finally:
+            if self.cache is not None:
+                self.cache.drop(obj)
         return True
 
     def apply(self, obj: Obj) -> Obj:
@@ -232,13 +270,14 @@ class Kube:
         A ``metadata.resourceVersion`` in ``obj`` is a precondition: the API server refuses
         the apply (409, :data:`CONFLICT`) when the object has changed since that version.
         """
-        return self._call(
+        applied = self._call(
             "PATCH",
             _object_path(obj),
             obj,
             content_type=_APPLY_PATCH,
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
+        return self._kept(applied)
 
     def apply_crd(self, crd: Obj) -> Obj:
         """Server-side apply a (cluster-scoped) CustomResourceDefinition as the operator."""
@@ -252,12 +291,7 @@ class Kube:
 
     def get_service(self, namespace: str, name: str) -> Obj | None:
         """A SpeculativeService, or None when it is gone."""
-        ref = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "SpeculativeService",
-            "metadata": {"namespace": namespace, "name": name},
-        }
-        return self.get(ref)
+        return self.get(service_ref(namespace, name))
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
         """Pods of ``namespace`` carrying every label of ``selector``."""
@@ -282,22 +316,24 @@ class Kube:
             "metadata": {"namespace": meta["namespace"], "name": meta["name"]},
             "status": status,
         }
-        return self._call(
+        applied = self._call(
             "PATCH",
             _object_path(body) + "/status",
             body,
             content_type=_APPLY_PATCH,
             query=[("fieldManager", manager), ("force", "true")],
         )
+        return self._kept(applied)
 
     def replace_managed_fields(self, obj: Obj, managed: list[Obj]) -> Obj:
         """Set ``metadata.managedFields`` of ``obj``, unless it changed since it was read: the
         API server refuses (409, :data:`CONFLICT`) when ``obj``'s resourceVersion is stale."""
         meta = obj["metadata"]
         patch = {"metadata": {"managedFields": managed, "resourceVersion": meta["resourceVersion"]}}
-        return self._call(
+        replaced = self._call(
             "PATCH", _object_path(obj), patch, query=[("fieldManager", FIELD_MANAGER)]
         )
+        return self._kept(replaced)
 
     def has_api_group(self, group: str) -> bool:
         """Whether the API server serves ``group`` (e.g. monitoring.coreos.com).

@@ -113,7 +113,8 @@ def _foreign_child(live: Mapping[str, Any]) -> str:
 def _apply(kube: Kube, desired: Obj, live: Obj | None) -> tuple[str | None, Obj]:
     """Server-side apply one child unless it already matches; what changed, and the live object.
 
-    An unchanged render that the live object covers costs one GET. Otherwise the apply decides:
+    An unchanged render that the live object covers costs no write (and no read when the
+    watch cache holds the child). Otherwise the apply decides:
     it creates, updates to the new render, or takes back fields someone edited ("reverted").
     When the live object differs only by what other managers added (an entry in a list the
     operator renders, which ``covers`` counts as a difference), the apply changes none of the
@@ -122,7 +123,8 @@ def _apply(kube: Kube, desired: Obj, live: Obj | None) -> tuple[str | None, Obj]
 
     What the apply changed is known only against the version it changed, so an update names
     the version read as its precondition: an edit landing between the read and the apply
-    makes the API server refuse it, and the object is read again. Without that, an edit the
+    makes the API server refuse it, and the object is read again from the API server (the
+    cache may lag the edit). Without that, an edit the
     apply took back would go unreported. After :data:`_PRECONDITION_TRIES` refusals (an object
     rewritten faster than the round trip) the apply goes ahead against the last read.
     """
@@ -135,7 +137,7 @@ def _apply(kube: Kube, desired: Obj, live: Obj | None) -> tuple[str | None, Obj]
         except KubeApiError as exc:
             if exc.status != CONFLICT:
                 raise
-            live = kube.get(desired)
+            live = kube.get(desired, fresh=True)
     else:
         applied = kube.apply(desired)
     if live is None:
@@ -287,12 +289,13 @@ def _retire_canary(
     post_event: Callable[[str, str, str], None],
 ) -> list[ChildWrite]:
     """Delete the canary's Deployment once no canary runs (only a service with two or more
-    replicas can have had one, so no other service pays the read)."""
+    replicas can have had one). It is looked for in the watch cache only: it carries the
+    operator's labels, so the watch delivers it, and a fleet pays no read per resync."""
     if wanted.canary is not None or wanted.spec.replicas < 2:
         return []
     name = canary_name(service.metadata.name)
     ref = _deployment(service.metadata.namespace, name)
-    live = kube.get(ref)
+    live = kube.held(ref)
     if live is None or not _owned_by(live, service.metadata.uid) or not kube.delete(ref):
         return []
     CHILD_WRITES.labels("Deployment", "deleted").inc()

@@ -150,18 +150,19 @@ def test_rbac_covers_what_the_operator_does_and_only_that(render: Render) -> Non
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    # GET, LIST and WATCH to read, PATCH to write (apply, status, kopf's marks), create for an
+    # GET, LIST and WATCH to read (the watch cache), PATCH to write (apply, status, kopf's marks), create for an
     # apply that makes a child: never update (PUT), and delete only for a canary's Deployment
     # once the canary ends (the garbage collector takes the rest with their owner).
     children = {"get", "create", "patch"}
+    watched = {"get", "list", "watch", "create", "patch"}  # read from the watch cache
     assert granted == {
         ("specops.io", "speculativeservices"): {"get", "list", "watch", "patch"},
         ("specops.io", "speculativeservices/status"): {"get", "patch"},
         ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
-        ("", "services"): children,
-        ("policy", "poddisruptionbudgets"): children,
+        ("", "services"): watched,
+        ("policy", "poddisruptionbudgets"): watched,
         ("monitoring.coreos.com", "podmonitors"): children,
-        ("", "pods"): {"list"},
+        ("", "pods"): {"list", "watch"},
         ("", "events"): {"create"},
         ("events.k8s.io", "events"): {"create"},
     }

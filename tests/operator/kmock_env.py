@@ -197,7 +197,22 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
     here: kmock would merge the applied conditions over the stored ones as one value.
     """
 
+    _version = 1
+
+    def _stamp(self, request: kmock.Request) -> None:
+        """Every write stores a new resourceVersion, as the API server's does (etcd's
+        revision): readers that keep the newest version they saw (the watch cache) rely on
+        it. kmock leaves it as the writer sent it."""
+        if request.method in (kmock.method.POST, kmock.method.PATCH, kmock.method.PUT) and (
+            isinstance(request.data, dict) and request.resource is not None
+        ):
+            ApplyingEmulator._version += 1
+            metadata = request.data.setdefault("metadata", {})
+            if isinstance(metadata, dict):
+                metadata["resourceVersion"] = str(ApplyingEmulator._version)
+
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        self._stamp(request)
         if (
             request.method == kmock.method.PATCH
             and request.headers.get("Content-Type") == APPLY_PATCH
@@ -222,6 +237,11 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
                 request.params["fieldManager"],
                 request.data["apiVersion"],
             )
+            version = request.data["metadata"]["resourceVersion"]
+            applied = {
+                **applied,
+                "metadata": {**applied.get("metadata", {}), "resourceVersion": version},
+            }
             stored.patch(_merge_patch(stored.raw, applied))
             raw = stored.raw
             await self._buses[key[0]].put({"type": "MODIFIED", "object": raw})

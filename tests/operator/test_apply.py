@@ -41,7 +41,7 @@ class _Server:
     def __init__(self, live: Obj | None, answer: Answer) -> None:
         self.live, self.answer, self.calls = live, answer, list[str]()
 
-    def get(self, obj: Obj) -> Obj | None:
+    def get(self, obj: Obj, *, fresh: bool = False) -> Obj | None:
         self.calls.append("get")
         return copy.deepcopy(self.live)
 
@@ -159,7 +159,7 @@ def test_an_object_rewritten_faster_than_a_round_trip_is_applied_at_last(desired
     server = _Server(shared, _applied)
     versions = iter(range(8, 100))
 
-    def moving(obj: Obj) -> Obj | None:
+    def moving(obj: Obj, *, fresh: bool = False) -> Obj | None:
         """The object as read, rewritten (by a controller's status write) right after."""
         server.calls.append("get")
         assert server.live is not None
@@ -216,11 +216,15 @@ class _Cluster:
     def _key(obj: Obj) -> tuple[str, str]:
         return obj["kind"], obj["metadata"]["name"]
 
-    def get(self, obj: Obj) -> Obj | None:
+    def get(self, obj: Obj, *, fresh: bool = False) -> Obj | None:
         with self.guard:
             seen = copy.deepcopy(self.objects.get(self._key(obj)))
         time.sleep(0.1)
         return seen
+
+    def held(self, obj: Obj) -> Obj | None:
+        """A client without a watch cache reads the API server here too."""
+        return self.get(obj)
 
     def apply(self, obj: Obj) -> Obj:
         with self.guard:

@@ -66,9 +66,12 @@ class _Store:
     def get_service(self, namespace: str, name: str) -> Obj:
         return copy.deepcopy(self.service)
 
-    def get(self, obj: Obj) -> Obj | None:
+    def get(self, obj: Obj, *, fresh: bool = False) -> Obj | None:
         self.on_get()
         return copy.deepcopy(self.children.get((obj["kind"], obj["metadata"]["name"])))
+
+    def held(self, obj: Obj) -> Obj | None:
+        return self.get(obj)
 
     def apply(self, obj: Obj) -> Obj:
         self.writes.append(obj["kind"])
