@@ -15,8 +15,15 @@ pytestmark = pytest.mark.e2e
 def test_a_small_fleet_is_created_edited_and_taken_over_by_a_restarted_operator(
     cluster: ClusterInfo, tmp_path: Path
 ) -> None:
+    # The session's cluster has two fake GPU nodes.
     options = ScaleOptions(
-        services=6, pods_per_service=1, burst=6, edits=4, steady_s=20.0, timeout_s=120.0
+        services=6,
+        pods_per_service=1,
+        gpu_nodes=2,
+        burst=6,
+        edits=4,
+        steady_s=20.0,
+        timeout_s=120.0,
     )
     figures = run_scale(options, tmp_path, print, cluster)
     table = render_table(figures, ScaleTargets(), "pytest e2e/test_scale.py")
@@ -26,8 +33,10 @@ def test_a_small_fleet_is_created_edited_and_taken_over_by_a_restarted_operator(
     # Every edit reached its Deployment; the edits ran while the burst was being created.
     assert figures.edits_lost == 0 and figures.edit_latencies_s, table
     assert figures.restart_converged_s is not None, table
-    # The audit log saw the operator: its steady resyncs and the new process's first pass.
-    assert figures.steady_requests > 0 and figures.restart_requests >= options.services, table
+    # The audit log saw the operator: the new process's first pass lists and watches what
+    # it owns (the steady window may rightly see nothing: resyncs read from memory).
+    assert figures.restart_requests >= options.services, table
+    assert figures.steady_writes <= figures.steady_requests
     assert figures.rss_peak_mib > 0, table
     assert len(judge(figures, ScaleTargets())) == 6
     assert (tmp_path / "figures.yaml").exists()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -47,6 +51,8 @@ _OWNED: Mapping[str, Any] = {
 }
 # The owned kinds watched (with the label selector) and so read from the watch cache.
 _WATCHED = ("deployments", "services", "poddisruptionbudgets", "pods")
+# Threads that render users' edits (service_edited); the connection pool holds theirs too.
+_EDIT_THREADS = 2
 # The threads of a ThreadPoolExecutor made without a size (kopf's, asyncio's default one).
 _DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
@@ -68,7 +74,7 @@ def _configure(
         memo.kube = Kube.from_environment(
             # kopf's executor (the reconciliations) and asyncio's, where the control loop's
             # API calls run (asyncio.to_thread)
-            connections=workers + _DEFAULT_THREADS,
+            connections=workers + _DEFAULT_THREADS + _EDIT_THREADS,
             qps=getattr(memo, "kube_qps", KUBE_QPS),
             burst=getattr(memo, "kube_burst", KUBE_BURST),
             discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S),
@@ -136,20 +142,22 @@ def _report(memo: kopf.Memo, body: Mapping[str, Any], reason: str, message: str)
     _post(body, "Warning", reason, message[:1024])
 
 
-def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
+def _sync(body: Mapping[str, Any], memo: kopf.Memo, *, urgent: bool = False) -> None:
     """Reconcile one SpeculativeService; retry API failures, stop on an invalid spec.
+    ``urgent``: a user's edit, whose requests skip the rate limit's queue.
 
     kopf hands each handler the newest version its watch has seen: the watch cache keeps
     it (unless the operator's own last write is newer), so the reconciliation reads it there."""
     _seen(memo, "MODIFIED", cast(kopf.Body, body))
     started = time.monotonic()
     try:
-        reconcile(
-            memo.kube,
-            body,
-            memo.options,
-            lambda type_, reason, message: _post(body, type_, reason, message),
-        )
+        with memo.kube.urgent() if urgent else contextlib.nullcontext():
+            reconcile(
+                memo.kube,
+                body,
+                memo.options,
+                lambda type_, reason, message: _post(body, type_, reason, message),
+            )
     except SpecValidationError as exc:
         RECONCILES.labels("error").inc()
         _report(memo, body, "InvalidSpec", str(exc))
@@ -166,11 +174,26 @@ def _sync(body: Mapping[str, Any], memo: kopf.Memo) -> None:
 
 @kopf.on.resume(*_SERVICE)
 @kopf.on.create(*_SERVICE)
-@kopf.on.update(*_SERVICE)
 @kopf.timer(*_SERVICE, interval=RECHECK_SECONDS, initial_delay=RECHECK_SECONDS)
 def service_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """The spec changed, the operator (re)started, or it is time to look again."""
+    """A service was made, the operator (re)started, or it is time to look again."""
     _sync(body, memo)
+
+
+# A user's edit is rendered on threads of its own, so it never queues behind the resyncs
+# and creations that fill kopf's executor (a burst of new services, a restart).
+_EDITS = ThreadPoolExecutor(max_workers=_EDIT_THREADS, thread_name_prefix="specops-edit")
+
+
+@kopf.on.update(*_SERVICE)
+async def service_edited(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The spec changed: reconciled ahead of the rest (its own threads, its requests ahead
+    of the rate limit's queue)."""
+    sync = functools.partial(_sync, body, memo, urgent=True)
+    # In the handler's context, as kopf runs its own sync handlers: kopf.event posts
+    # through a queue that context holds.
+    context = contextvars.copy_context()
+    await asyncio.get_running_loop().run_in_executor(_EDITS, context.run, sync)
 
 
 def _seen(memo: kopf.Memo, type_: str | None, body: kopf.Body) -> None:

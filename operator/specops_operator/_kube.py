@@ -6,12 +6,13 @@ plain data in, data out. Library errors become :class:`KubeApiError` here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import kubernetes
@@ -112,8 +113,10 @@ class TokenBucket:
         self._tokens, self._at = float(self._burst), clock()
         self._lock = threading.Lock()
 
-    def take(self) -> None:
-        """Wait until one more request is within the limit."""
+    def take(self, *, urgent: bool = False) -> None:
+        """Wait until one more request is within the limit. An ``urgent`` one (a user's
+        edit being rendered) takes its token without waiting behind the slots promised to
+        others: they wait the longer for it, and edits come at a person's pace."""
         if self._qps <= 0:
             return
         with self._lock:
@@ -121,7 +124,7 @@ class TokenBucket:
             self._tokens = min(self._burst, self._tokens + (now - self._at) * self._qps)
             self._at = now
             self._tokens -= 1.0  # below zero: slots already promised to earlier callers
-            wait = -self._tokens / self._qps
+            wait = 0.0 if urgent else -self._tokens / self._qps
         if wait > 0:
             self._sleep(wait)
 
@@ -149,6 +152,8 @@ class Kube:
     ) -> None:
         self._api = api
         self.cache = cache
+        # Set on a thread while it renders a user's edit (see :meth:`urgent`).
+        self._urgent = threading.local()
         self._limit = limit or TokenBucket(KUBE_QPS, KUBE_BURST)
         self._discovery_refresh_s = discovery_refresh_s
         self._clock = clock
@@ -193,7 +198,7 @@ class Kube:
         content_type: str = _MERGE_PATCH,
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
-        self._limit.take()
+        self._limit.take(urgent=getattr(self._urgent, "on", False))
         headers = {"Accept": "application/json"}
         if method == "PATCH":
             headers["Content-Type"] = content_type
@@ -232,6 +237,15 @@ class Kube:
                 return None
             raise
         return self._kept(found)
+
+    @contextlib.contextmanager
+    def urgent(self) -> Iterator[None]:
+        """The calling thread's requests skip the rate limit's queue until the block ends."""
+        self._urgent.on = True
+        try:
+            yield
+        finally:
+            self._urgent.on = False
 
     def held(self, obj: Obj) -> Obj | None:
         """``obj`` as the watch cache holds it, None when it holds none; without a cache, as

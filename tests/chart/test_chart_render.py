@@ -150,9 +150,9 @@ def test_rbac_covers_what_the_operator_does_and_only_that(render: Render) -> Non
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    # GET, LIST and WATCH to read (the watch cache), PATCH to write (apply, status, kopf's marks), create for an
-    # apply that makes a child: never update (PUT), and delete only for a canary's Deployment
-    # once the canary ends (the garbage collector takes the rest with their owner).
+    # GET, LIST and WATCH to read (the watch cache), PATCH to write (apply, status, kopf's
+    # marks), create for an apply that makes a child: never update (PUT), and delete only for
+    # a canary's Deployment once the canary ends (the garbage collector takes the rest).
     children = {"get", "create", "patch"}
     watched = {"get", "list", "watch", "create", "patch"}  # read from the watch cache
     assert granted == {

@@ -94,6 +94,16 @@ def test_the_token_bucket_lets_a_burst_through_then_paces_at_qps() -> None:
     assert slept[-1] == pytest.approx(0.1)
 
 
+def test_an_urgent_request_does_not_wait_behind_the_queue_but_the_queue_waits_for_it() -> None:
+    now, slept = [0.0], list[float]()
+    bucket = TokenBucket(qps=10.0, burst=1, clock=lambda: now[0], sleep=slept.append)
+    bucket.take()
+    bucket.take()  # a resync, queued: 0.1 s
+    bucket.take(urgent=True)  # a user's edit: at once
+    bucket.take()  # the next resync waits for the edit's token too
+    assert slept == pytest.approx([0.1, 0.3])
+
+
 def test_without_qps_nothing_waits() -> None:
     bucket = TokenBucket(qps=0.0, burst=1, sleep=lambda _: pytest.fail("waited"))
     for _ in range(100):
