@@ -25,14 +25,25 @@ REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "tests" / "chart" / "monitoring.coreos.com-subset.yaml"
 GROUP, VERSION = "monitoring.coreos.com", "v1"
 Obj = dict[str, Any]
+_ESTABLISHED = (
+    "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Established')].status}{' '}{end}"
+)
 
 
 @pytest.fixture(scope="module")
 def monitoring_api(kubectl: Kubectl, wait: Wait) -> Iterator[None]:
     """The Prometheus Operator's CRDs, established, then deleted after the module."""
     kubectl("apply", "-f", str(CRDS))
+
+    def established() -> bool:
+        # Polled with the suite's timeout, not `kubectl wait`'s 60 s: on a loaded machine
+        # the API server has taken longer to establish them.
+        found = kubectl("get", "-f", str(CRDS), "-o", _ESTABLISHED, check=False)
+        states = found.stdout.split()
+        return found.returncode == 0 and bool(states) and all(s == "True" for s in states)
+
     try:
-        kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
+        wait(established, "the Prometheus Operator's CRDs to be established")
         yield
     finally:
         kubectl("delete", "-f", str(CRDS), "--wait=true", check=False)
