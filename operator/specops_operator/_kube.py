@@ -32,6 +32,7 @@ __all__ = [
     "Kube",
     "KubeApiError",
     "TokenBucket",
+    "deployment_ref",
     "service_ref",
 ]
 
@@ -129,13 +130,23 @@ class TokenBucket:
             self._sleep(wait)
 
 
-def service_ref(namespace: str, name: str) -> Obj:
-    """The reference :meth:`Kube.get` takes for a SpeculativeService."""
+def object_ref(api_version: str, kind: str, namespace: str, name: str) -> Obj:
+    """The reference :meth:`Kube.get`, :meth:`Kube.held` and :meth:`Kube.delete` take."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpeculativeService",
+        "apiVersion": api_version,
+        "kind": kind,
         "metadata": {"namespace": namespace, "name": name},
     }
+
+
+def service_ref(namespace: str, name: str) -> Obj:
+    """The reference of a SpeculativeService."""
+    return object_ref(f"{GROUP}/{VERSION}", "SpeculativeService", namespace, name)
+
+
+def deployment_ref(namespace: str, name: str) -> Obj:
+    """The reference of a Deployment."""
+    return object_ref("apps/v1", "Deployment", namespace, name)
 
 
 class Kube:

@@ -25,7 +25,7 @@ import kopf
 
 from specops.api import SpeculativeService, parse_service
 from specops.render import HASH_ANNOTATION, Plan, RenderOptions, canary_name, plan
-from specops_operator._kube import CONFLICT, Kube, KubeApiError
+from specops_operator._kube import CONFLICT, Kube, KubeApiError, deployment_ref
 from specops_operator._metrics import CHILD_WRITES
 from specops_operator._owners import Writer, handed_over, owned_status, status_apply
 from specops_operator._status import desired_status
@@ -207,19 +207,10 @@ def planned(
     was made; a new one (or a name taken by a foreign object, which is never written)
     selects by the owner's uid too."""
     name, namespace = service.metadata.name, service.metadata.namespace
-    live = kube.get(_deployment(namespace, name))
+    live = kube.get(deployment_ref(namespace, name))
     owned = live if live is not None and _owned_by(live, service.metadata.uid) else {}
     selector = (owned.get("spec", {}).get("selector") or {}).get("matchLabels")
     return plan(service, options, selector), live
-
-
-def _deployment(namespace: str, name: str) -> Obj:
-    """The reference :meth:`Kube.get` and :meth:`Kube.delete` take for a Deployment."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"namespace": namespace, "name": name},
-    }
 
 
 def _turn(namespace: str, name: str) -> threading.Lock:
@@ -294,7 +285,7 @@ def _retire_canary(
     if wanted.canary is not None or wanted.spec.replicas < 2:
         return []
     name = canary_name(service.metadata.name)
-    ref = _deployment(service.metadata.namespace, name)
+    ref = deployment_ref(service.metadata.namespace, name)
     live = kube.held(ref)
     if live is None or not _owned_by(live, service.metadata.uid) or not kube.delete(ref):
         return []
