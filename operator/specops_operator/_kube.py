@@ -44,6 +44,8 @@ _PLURALS = {
     "Service": "services",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "PodMonitor": "podmonitors",
+    "Lease": "leases",
+    "Pod": "pods",
     "SpeculativeService": PLURAL,
 }
 _MERGE_PATCH = "application/merge-patch+json"
@@ -181,6 +183,7 @@ class Kube:
         burst: int = KUBE_BURST,
         discovery_refresh_s: float = DISCOVERY_REFRESH_S,
         cache: WatchCache | None = None,
+        user_agent: str | None = None,
     ) -> Kube:
         """In-cluster service account if present, else the kubeconfig (KUBECONFIG or ~/.kube).
 
@@ -193,8 +196,11 @@ class Kube:
             kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
         configuration = kubernetes.client.Configuration.get_default_copy()
         configuration.connection_pool_maxsize = connections
+        api = kubernetes.client.ApiClient(configuration)
+        if user_agent is not None:  # which replica sent a request, in the API server's audit log
+            api.user_agent = user_agent
         return cls(
-            kubernetes.client.ApiClient(configuration),
+            api,
             discovery_refresh_s=discovery_refresh_s,
             limit=TokenBucket(qps, burst),
             cache=cache,
@@ -213,6 +219,8 @@ class Kube:
         headers = {"Accept": "application/json"}
         if method == "PATCH":
             headers["Content-Type"] = content_type
+        elif body is not None:
+            headers["Content-Type"] = "application/json"
         try:
             method, url, headers, payload, _ = self._api.param_serialize(
                 method=method,
@@ -272,11 +280,15 @@ class Kube:
             self.cache.keep(obj)
         return obj
 
-    def delete(self, obj: Obj) -> bool:
+    def delete(self, obj: Obj, *, version: str | None = None) -> bool:
         """Delete ``obj`` (matched by kind, namespace, name), its dependents in the
-        background; False when it was already gone."""
+        background; False when it was already gone. ``version``: only if the object is still
+        at that resourceVersion (else 409, :data:`CONFLICT`)."""
+        body: Obj = {"propagationPolicy": "Background"}
+        if version is not None:
+            body["preconditions"] = {"resourceVersion": version}
         try:
-            self._call("DELETE", _object_path(obj), {"propagationPolicy": "Background"})
+            self._call("DELETE", _object_path(obj), body)
         except KubeApiError as exc:
             if exc.status == 404:
                 return False
@@ -318,13 +330,31 @@ class Kube:
         """A SpeculativeService, or None when it is gone."""
         return self.get(service_ref(namespace, name))
 
-    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
-        """Pods of ``namespace`` carrying every label of ``selector``."""
+    def list_objects(
+        self, api_version: str, kind: str, namespace: str, selector: dict[str, str]
+    ) -> list[Obj]:
+        """Objects of ``kind`` in ``namespace`` carrying every label of ``selector``."""
         query = urllib.parse.urlencode(
             {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))}
         )
-        found = self._call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")
+        found = self._call("GET", f"{_collection_path(api_version, kind, namespace)}?{query}")
         return list(found.get("items") or [])
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        """Pods of ``namespace`` carrying every label of ``selector``."""
+        return self.list_objects("v1", "Pod", namespace, selector)
+
+    def create(self, obj: Obj) -> Obj:
+        """Create ``obj``; 409 (:data:`CONFLICT`) when one of its name exists already."""
+        meta = obj["metadata"]
+        return self._call(
+            "POST", _collection_path(obj["apiVersion"], obj["kind"], meta["namespace"]), obj
+        )
+
+    def replace(self, obj: Obj) -> Obj:
+        """Replace ``obj`` whole; 409 (:data:`CONFLICT`) when its
+        ``metadata.resourceVersion`` is no longer the object's."""
+        return self._call("PUT", _object_path(obj), obj)
 
     def apply_status(self, service: Obj, status: Obj, manager: str) -> Obj:
         """Server-side apply the status subresource of a SpeculativeService as ``manager``.

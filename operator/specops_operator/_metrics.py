@@ -16,6 +16,8 @@ __all__ = [
     "RECONCILE_SECONDS",
     "RECONFIGURATIONS",
     "ROLLBACKS",
+    "SHARDS_HELD",
+    "SHARD_MOVES",
     "SPECULATIVE_TOKENS",
     "STEP_TIME_INTERVALS",
     "forget_service",
@@ -28,6 +30,15 @@ RECONCILES = Counter(
     "specops_operator_reconciles",
     "Reconciliations of SpeculativeServices, by result (ok, error).",
     ["result"],
+)
+SHARDS_HELD = Gauge(
+    "specops_operator_shards_held",
+    "Shards of SpeculativeServices this replica acts on (sharded mode; 0 otherwise).",
+)
+SHARD_MOVES = Counter(
+    "specops_operator_shard_moves",
+    "Shards this replica started or stopped acting on, by direction (gained, lost, released).",
+    ["direction"],
 )
 CHILD_WRITES = Counter(
     "specops_operator_child_writes",
