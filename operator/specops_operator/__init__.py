@@ -2,6 +2,7 @@
 
 from specops_operator._kube import FIELD_MANAGER, Kube, KubeApiError
 from specops_operator._reconcile import ChildWrite, Outcome, covers, reconcile
+from specops_operator._shards import shard_of
 from specops_operator._status import desired_status
 
 __all__ = [
@@ -13,4 +14,5 @@ __all__ = [
     "covers",
     "desired_status",
     "reconcile",
+    "shard_of",
 ]

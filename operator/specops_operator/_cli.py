@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
+from collections.abc import Mapping
 
 import click
 import kopf
@@ -11,8 +14,9 @@ import prometheus_client
 
 from specops.render import RenderOptions
 from specops_operator._kube import DISCOVERY_REFRESH_S, KUBE_BURST, KUBE_QPS
+from specops_operator._shards import ShardSettings
 
-__all__ = ["operator", "peering_priority", "settings_for"]
+__all__ = ["operator", "peering_priority", "settings_for", "shard_settings"]
 
 _GLOB = set("*?[")
 _PRIORITIES = 2**31
@@ -38,6 +42,21 @@ def peering_priority(peering: str | None, given: int | None) -> int:
     if given is not None:
         return given
     return secrets.randbelow(_PRIORITIES) if peering is not None else 0
+
+
+def shard_settings(
+    shards: int, group: str, lease_s: float, environ: Mapping[str, str]
+) -> ShardSettings | None:
+    """The sharded mode's settings (None for 0 shards): this replica is its pod (the chart
+    sets POD_NAME and POD_NAMESPACE), else this host's process, with its Leases in the
+    default namespace."""
+    if shards == 0:
+        return None
+    identity = environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    namespace = environ.get("POD_NAMESPACE") or "default"
+    return ShardSettings(
+        shards=shards, identity=identity, namespace=namespace, group=group, lease_s=lease_s
+    )
 
 
 @click.command("operator")
@@ -104,6 +123,30 @@ def peering_priority(peering: str | None, given: int | None) -> int:
     show_default=True,
     help="Requests the operator may send at once above --kube-qps after a quiet spell.",
 )
+@click.option(
+    "--shards",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Spread the services over this many shards, each held by one replica at a time"
+    " through a Lease (replicas take a fair share each, and a lost replica's share moves"
+    " to the others). 0: one operator serves every service.",
+)
+@click.option(
+    "--shard-group",
+    default="specops",
+    show_default=True,
+    help="Prefix of the shard Leases (in the namespace of POD_NAMESPACE): the replicas of one"
+    " Deployment share it.",
+)
+@click.option(
+    "--shard-lease-seconds",
+    "shard_lease_s",
+    type=click.FloatRange(min=3),
+    default=15.0,
+    show_default=True,
+    help="Seconds a shard stays with a replica that stopped renewing its Lease.",
+)
 @click.option("--verbose", is_flag=True, help="Log at debug level.")
 @click.option("--log-format", type=click.Choice(["full", "plain", "json"]), default="full")
 def operator(
@@ -118,10 +161,18 @@ def operator(
     discovery_refresh_s: float,
     kube_qps: float,
     kube_burst: int,
+    shards: int,
+    shard_group: str,
+    shard_lease_s: float,
     verbose: bool,
     log_format: str,
 ) -> None:
     """Reconcile SpeculativeServices into vLLM Deployments with the specops sidecar."""
+    if shards and peering is not None:
+        raise click.UsageError(
+            "--shards and --peering: choose one. Sharded replicas already take over a lost"
+            " replica's share; peering would pause all but one of them."
+        )
     import specops_operator._handlers  # noqa: F401  (registers the handlers)
 
     # kopf.run does not set up logging itself; without this a failing operator is silent.
@@ -146,5 +197,6 @@ def operator(
             discovery_refresh_s=discovery_refresh_s,
             kube_qps=kube_qps,
             kube_burst=kube_burst,
+            shards=shard_settings(shards, shard_group, shard_lease_s, os.environ),
         ),
     )

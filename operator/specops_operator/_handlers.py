@@ -25,12 +25,14 @@ from specops_operator._control import ControlLoopOptions, Obj, control_tick, for
 from specops_operator._fetch import Observer, matching, pod_view
 from specops_operator._kube import (
     DISCOVERY_REFRESH_S,
+    FIELD_MANAGER,
     KUBE_BURST,
     KUBE_QPS,
     Kube,
     KubeApiError,
     service_ref,
 )
+from specops_operator._leases import ShardKeeper
 from specops_operator._metrics import (
     RECONCILE_SECONDS,
     RECONCILES,
@@ -39,6 +41,7 @@ from specops_operator._metrics import (
 )
 from specops_operator._owners import Writer, owned_status, status_apply
 from specops_operator._reconcile import forget_turn, reconcile
+from specops_operator._shards import ShardSettings
 from specops_operator._status import degraded_conditions
 
 __all__ = ["RECHECK_SECONDS"]
@@ -55,6 +58,9 @@ _WATCHED = ("deployments", "services", "poddisruptionbudgets", "pods")
 _EDIT_THREADS = 2
 # The threads of a ThreadPoolExecutor made without a size (kopf's, asyncio's default one).
 _DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
+# Sharded mode: the Lease rounds run on a thread of their own, so a renewal never waits
+# for a thread behind the reconciliations.
+_ROUNDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specops-shards")
 
 
 @kopf.on.startup()
@@ -70,16 +76,22 @@ def _configure(
     # Pinned, so the connection pool below is sized to the threads that will really call.
     workers = settings.execution.max_workers or _DEFAULT_THREADS
     settings.execution.max_workers = workers
+    shards: ShardSettings | None = getattr(memo, "shards", None)
     if getattr(memo, "kube", None) is None:
         memo.kube = Kube.from_environment(
             # kopf's executor (the reconciliations) and asyncio's, where the control loop's
-            # API calls run (asyncio.to_thread)
-            connections=workers + _DEFAULT_THREADS + _EDIT_THREADS,
+            # API calls run (asyncio.to_thread), and the Lease rounds'
+            connections=workers + _DEFAULT_THREADS + _EDIT_THREADS + 1,
             qps=getattr(memo, "kube_qps", KUBE_QPS),
             burst=getattr(memo, "kube_burst", KUBE_BURST),
             discovery_refresh_s=getattr(memo, "discovery_refresh_s", DISCOVERY_REFRESH_S),
             cache=WatchCache(),
+            # which replica sent each request, in the API server's audit log
+            user_agent=f"{FIELD_MANAGER}-operator/{shards.identity}" if shards else None,
         )
+    memo.keeper = None if shards is None else ShardKeeper(memo.kube, shards)
+    if memo.keeper is not None:
+        settings.persistence.diffbase_storage = _HeldDiffBase(memo.keeper)
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
     if getattr(memo, "control", None) is None:
@@ -108,11 +120,76 @@ def _own_crd(memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any
     logger.info("SpeculativeService CRD applied at this operator's schema")
 
 
+class _HeldDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's record of the spec last handled, written only by the replica that holds the
+    service: another replica's write would make the holder's kopf see the edit as handled
+    (its events batched) before the holder rendered it."""
+
+    def __init__(self, keeper: ShardKeeper) -> None:
+        super().__init__()
+        self._keeper = keeper
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        if self._keeper.holds(body.metadata.uid or ""):
+            super().store(body=body, patch=patch, essence=essence)
+
+
+async def _keep_shards(
+    keeper: ShardKeeper, logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> None:
+    """Sharded mode: a Lease round every poll interval, for as long as the operator runs.
+    A failed round is logged and the next one tries again; meanwhile the shards held stop
+    being acted on when their renewal grows too old (see ShardKeeper.holds)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            await loop.run_in_executor(_ROUNDS, keeper.round)
+        except SpecopsError as exc:
+            logger.warning("shard Lease round failed: %s", exc)
+        await asyncio.sleep(keeper.settings.poll_s)
+
+
+@kopf.on.startup()  # after _configure: kopf runs the startup handlers in their order
+async def _start_shards(
+    memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+) -> None:
+    keeper = _keeper(memo)
+    if keeper is not None:
+        memo.rounds = asyncio.get_running_loop().create_task(_keep_shards(keeper, logger))
+        logger.info(
+            "sharded: %d shards, Leases %s-* in %s, this replica %s",
+            keeper.settings.shards,
+            keeper.settings.group,
+            keeper.settings.namespace,
+            keeper.settings.identity,
+        )
+
+
+def _keeper(memo: kopf.Memo) -> ShardKeeper | None:
+    """The shards this replica holds; None unless sharded (or in a bare test harness)."""
+    return getattr(memo, "keeper", None)
+
+
+def _ours(body: kopf.Body, memo: kopf.Memo, **_: Any) -> bool:
+    """Whether this replica acts on the service (always, unless sharded)."""
+    keeper = _keeper(memo)
+    return keeper is None or keeper.holds(body.metadata.uid or "")
+
+
 @kopf.on.cleanup()
 async def _close(memo: kopf.Memo, **_: Any) -> None:
     source = memo.control.source
     if isinstance(source, Observer):
         await source.client.aclose()
+    keeper = _keeper(memo)
+    if keeper is not None:
+        memo.rounds.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await memo.rounds
+        try:  # the others take the shards now, not a Lease period later
+            await asyncio.get_running_loop().run_in_executor(_ROUNDS, keeper.release_all)
+        except SpecopsError as exc:
+            logging.getLogger("specops.shards").warning("could not release the shards: %s", exc)
 
 
 # The API server refused the object itself (invalid, forbidden, unprocessable), not a
@@ -147,8 +224,17 @@ def _sync(body: Mapping[str, Any], memo: kopf.Memo, *, urgent: bool = False) -> 
     ``urgent``: a user's edit, whose requests skip the rate limit's queue.
 
     kopf hands each handler the newest version its watch has seen: the watch cache keeps
-    it (unless the operator's own last write is newer), so the reconciliation reads it there."""
+    it (unless the operator's own last write is newer), so the reconciliation reads it there.
+    Sharded, a replica that does not hold the service leaves it alone."""
     _seen(memo, "MODIFIED", cast(kopf.Body, body))
+    keeper = _keeper(memo)
+    uid = (body.get("metadata") or {}).get("uid", "")
+    with keeper.acting(uid) if keeper is not None else contextlib.nullcontext(True) as ours:
+        if ours:
+            _reconciled(body, memo, urgent=urgent)
+
+
+def _reconciled(body: Mapping[str, Any], memo: kopf.Memo, *, urgent: bool) -> None:
     started = time.monotonic()
     try:
         with memo.kube.urgent() if urgent else contextlib.nullcontext():
@@ -172,8 +258,8 @@ def _sync(body: Mapping[str, Any], memo: kopf.Memo, *, urgent: bool = False) -> 
     RECONCILE_SECONDS.observe(time.monotonic() - started)
 
 
-@kopf.on.resume(*_SERVICE)
-@kopf.on.create(*_SERVICE)
+@kopf.on.resume(*_SERVICE, when=_ours)
+@kopf.on.create(*_SERVICE, when=_ours)
 @kopf.timer(*_SERVICE, interval=RECHECK_SECONDS, initial_delay=RECHECK_SECONDS)
 def service_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A service was made, the operator (re)started, or it is time to look again."""
@@ -185,7 +271,7 @@ def service_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 _EDITS = ThreadPoolExecutor(max_workers=_EDIT_THREADS, thread_name_prefix="specops-edit")
 
 
-@kopf.on.update(*_SERVICE)
+@kopf.on.update(*_SERVICE, when=_ours)
 async def service_edited(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The spec changed: reconciled ahead of the rest (its own threads, its requests ahead
     of the rate limit's queue)."""
@@ -207,6 +293,13 @@ def _seen(memo: kopf.Memo, type_: str | None, body: kopf.Body) -> None:
         cache.keep(body)
 
 
+@kopf.on.event(*_SERVICE)
+def service_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Every change of every service into memory: sharded, a replica that gains a service
+    reads it there as it is now, not as it was when this replica last handled it."""
+    _seen(memo, type, body)
+
+
 @kopf.on.event("services", labels=_OWNED)
 @kopf.on.event("poddisruptionbudgets", labels=_OWNED)
 def owned_child_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -225,6 +318,10 @@ def owned_deployment_changed(
 ) -> None:
     """Someone (the operator, a user, the Deployment controller) touched an owned Deployment."""
     _seen(memo, type, body)
+    keeper = _keeper(memo)
+    owners = body.metadata.get("ownerReferences") or [{}]
+    if keeper is not None and not keeper.holds(owners[0].get("uid", "")):
+        return  # another replica's (its parent's uid is the owner reference's)
     parent = memo.kube.get_service(namespace or "default", labels[SERVICE_LABEL])
     if parent is not None:
         _sync(parent, memo)
@@ -238,6 +335,21 @@ def owned_pods(
     return {(namespace or "default", labels[SERVICE_LABEL]): pod_view(body)}
 
 
+async def _take_over(memo: kopf.Memo, namespace: str, name: str) -> None:
+    """Reconcile a service this replica has just gained; a failure is left to the resync."""
+    body = memo.kube.get_service(namespace, name)  # from memory: service_seen keeps it fresh
+    if body is None:
+        return
+    try:
+        await asyncio.to_thread(_sync, body, memo)
+    except kopf.TemporaryError as exc:
+        logging.getLogger("specops.shards").warning(
+            "%s/%s: taking over failed, the resync retries: %s", namespace, name, exc
+        )
+    except kopf.PermanentError:
+        pass  # an invalid spec: reported on the service already
+
+
 def _post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message)
 
@@ -246,12 +358,16 @@ def _post(body: Mapping[str, Any], type_: str, reason: str, message: str) -> Non
 async def control_loop(
     namespace: str | None,
     name: str | None,
+    uid: str | None,
     memo: kopf.Memo,
     stopped: kopf.DaemonStopped,
     **indices: Any,
 ) -> None:
     """The slow loop of one SpeculativeService: a decision every evaluation window (the pods
-    it measures from :func:`owned_pods`, which kopf passes by its name)."""
+    it measures from :func:`owned_pods`, which kopf passes by its name).
+
+    Sharded, every replica runs it for every service, and only the holder ticks: a replica
+    that gains the service reconciles it first (kopf's handlers ran on the old holder)."""
     owned: kopf.Index[tuple[str, str], Obj] = indices["owned_pods"]
     options: ControlLoopOptions = memo.control
     log = logging.getLogger("specops.control")
@@ -260,17 +376,29 @@ async def control_loop(
     def pods(selector: Mapping[str, str]) -> list[Mapping[str, Any]]:
         return matching(owned.get((namespace, name), ()), selector)
 
+    keeper, held = _keeper(memo), False
     start_service(namespace, name)
     try:
         await stopped.wait(options.initial_delay_s)
         while not stopped:
-            try:
-                wait = await control_tick(
-                    memo.kube, namespace, name, options, memo.options, _post, pods
-                )
-            except SpecopsError as exc:
-                log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
-                wait = options.retry_s
+            if keeper is not None:
+                now_held = keeper.holds(uid or "")
+                gained, held = now_held and not held, now_held
+                if not held:
+                    await stopped.wait(keeper.settings.renew_s)
+                    continue
+                if gained:
+                    await _take_over(memo, namespace, name)
+            with keeper.acting(uid or "") if keeper else contextlib.nullcontext(True) as ours:
+                if not ours:
+                    continue
+                try:
+                    wait = await control_tick(
+                        memo.kube, namespace, name, options, memo.options, _post, pods
+                    )
+                except SpecopsError as exc:
+                    log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
+                    wait = options.retry_s
             await stopped.wait(max(wait, 0.05))
     finally:  # deleted, or no longer ours: keep neither its readings nor its series
         _seen(memo, "DELETED", cast(kopf.Body, service_ref(namespace, name)))

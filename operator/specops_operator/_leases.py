@@ -41,7 +41,8 @@ _log = logging.getLogger("specops.shards")
 
 @dataclass(frozen=True)
 class ShardRound:
-    """The shards this replica started and stopped acting on in a round."""
+    """The shards this replica started acting on in a round, and those it lost (taken by
+    another, or not renewed in time; a release is not a loss)."""
 
     gained: frozenset[int] = frozenset()
     lost: frozenset[int] = frozenset()
@@ -129,10 +130,11 @@ class ShardKeeper:
         leases = [lease for lease in map(_read, listed) if lease is not None]
         self._sightings.see(leases, now)
         plan = plan_leases(leases, self._sightings, self.settings, now, self._renewed_at)
-        self._write(plan, leases, now)
+        self._write(plan, now)
         after = self.held()
         SHARDS_HELD.set(len(after))
-        gained, lost = after - before, before - after
+        released = {lease.index for lease in plan.release}
+        gained, lost = after - before, before - after - released
         for direction, shards in (("gained", gained), ("lost", lost)):
             if shards:
                 SHARD_MOVES.labels(direction).inc(len(shards))
@@ -145,7 +147,7 @@ class ShardKeeper:
                 )
         return ShardRound(frozenset(gained), frozenset(lost))
 
-    def _write(self, plan: LeasePlan, leases: list[Lease], now: float) -> None:
+    def _write(self, plan: LeasePlan, now: float) -> None:
         with self._lock:  # shards neither kept nor renewed are no longer ours
             for shard in set(self._held) - set(plan.held):
                 self._held.pop(shard)
