@@ -197,10 +197,48 @@ def test_peering_runs_replicas_with_a_peering_object_per_namespace(render: Rende
         assert any("kopfpeerings" in rule["resources"] for rule in role["rules"])
 
 
+def test_sharding_runs_replicas_that_hold_shard_leases_in_the_release_namespace(
+    render: Render,
+) -> None:
+    objects = render({"replicaCount": 3, "operator": {"sharding": {"shards": 6}}})
+    (deployment,) = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    args = _container(objects)["args"]
+    assert "--shards=6" in args and "--shard-lease-seconds=15" in args
+    assert f"--shard-group={deployment['metadata']['name']}" in args
+    assert not any(arg.startswith("--peering") for arg in args)
+    names = {e["name"] for e in _container(objects)["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= names  # the replica's identity and its Leases' home
+    (role,) = [r for r in by_kind(objects, "Role") if r["metadata"]["name"].endswith("-shards")]
+    assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    (rule,) = role["rules"]
+    assert rule["resources"] == ["leases"] and "update" in rule["verbs"]
+    (binding,) = [
+        b for b in by_kind(objects, "RoleBinding") if b["metadata"]["name"].endswith("-shards")
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert by_kind(objects, "PodDisruptionBudget")  # a drain keeps a replica to take over
+
+
+def test_without_sharding_there_are_no_shard_arguments_or_lease_rights(render: Render) -> None:
+    objects = render({})
+    assert not any(arg.startswith("--shard") for arg in _container(objects)["args"])
+    assert not [r for r in by_kind(objects, "Role") if r["metadata"]["name"].endswith("-shards")]
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
+        ({"replicaCount": 2}, "operator.sharding.shards"),
         ({"replicaCount": 2}, "operator.peering.enabled"),
+        (
+            {
+                "replicaCount": 2,
+                "operator": {"sharding": {"shards": 4}, "peering": {"enabled": True}},
+            },
+            "choose one",
+        ),
         (
             {"operator": {"clusterWide": True, "watchNamespaces": ["a"]}},
             "operator.watchNamespaces",

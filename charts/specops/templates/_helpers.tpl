@@ -62,8 +62,12 @@ app.kubernetes.io/part-of: specops
 
 {{/* Checks across values that the schema cannot express with a clear message. */}}
 {{- define "specops.validate" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.operator.peering.enabled) }}
-{{- fail (printf "replicaCount is %d but operator.peering.enabled is false: without peering every replica handles every SpeculativeService. Set operator.peering.enabled=true or replicaCount=1." (int .Values.replicaCount)) }}
+{{- $sharded := gt (int .Values.operator.sharding.shards) 0 }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.operator.peering.enabled) (not $sharded) }}
+{{- fail (printf "replicaCount is %d but neither operator.sharding.shards nor operator.peering.enabled is set: every replica would handle every SpeculativeService. Set operator.sharding.shards (replicas share the services) or operator.peering.enabled=true (one acts), or replicaCount=1." (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and $sharded .Values.operator.peering.enabled }}
+{{- fail "operator.sharding.shards and operator.peering.enabled are both set: choose one. Sharded replicas already take over a lost replica's share; peering would pause all but one of them." }}
 {{- end }}
 {{- if and .Values.operator.clusterWide .Values.operator.watchNamespaces }}
 {{- fail "operator.clusterWide is true and operator.watchNamespaces is set: choose one. Empty watchNamespaces for cluster-wide, or clusterWide=false to watch the listed namespaces." }}
