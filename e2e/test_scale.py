@@ -12,7 +12,7 @@ from specops_lab.scale import ScaleOptions, ScaleTargets, judge, render_table, r
 pytestmark = pytest.mark.e2e
 
 
-def test_a_small_fleet_is_created_edited_and_taken_over_by_a_restarted_operator(
+def test_a_small_fleet_is_created_edited_taken_over_and_shared_by_sharded_replicas(
     cluster: ClusterInfo, tmp_path: Path
 ) -> None:
     # The session's cluster has two fake GPU nodes.
@@ -24,6 +24,9 @@ def test_a_small_fleet_is_created_edited_and_taken_over_by_a_restarted_operator(
         edits=4,
         steady_s=20.0,
         timeout_s=120.0,
+        shard_replicas=3,
+        shards=3,
+        shard_lease_s=8.0,
     )
     figures = run_scale(options, tmp_path, print, cluster)
     table = render_table(figures, ScaleTargets(), "pytest e2e/test_scale.py")
@@ -38,5 +41,15 @@ def test_a_small_fleet_is_created_edited_and_taken_over_by_a_restarted_operator(
     assert figures.restart_requests >= options.services, table
     assert figures.steady_writes <= figures.steady_requests
     assert figures.rss_peak_mib > 0, table
-    assert len(judge(figures, ScaleTargets())) == 6
+    # Three replicas took a shard each; a killed one's shard moved about a Lease period
+    # later (plus the rounds that saw it, on a machine this test shares), and a service of
+    # it was then edited through the new holder. Every service was edited before the kill
+    # (each replica wrote its share) and after: no service was written by two in turn.
+    sharded = figures.shards
+    assert sharded is not None and sharded.settled_s is not None, table
+    assert sharded.moved_s is not None and sharded.moved_s <= 2 * sharded.lease_s, table
+    assert sharded.edit_after_move_s is not None, table
+    assert sharded.every_edit_applied, table
+    assert sharded.overlaps == () and sharded.writers == 3, table
+    assert len(judge(figures, ScaleTargets())) == 8
     assert (tmp_path / "figures.yaml").exists()

@@ -151,13 +151,24 @@ class OperatorProcess:
     """``specops operator`` acting as the identity in ``kubeconfig`` (e.g. the chart's
     ServiceAccount), with its liveness endpoint on a free loopback port."""
 
-    def __init__(self, kubeconfig: Path, log: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log: Path,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``env``: more of the environment, e.g. the POD_NAME and POD_NAMESPACE the chart's
+        Deployment gives each replica."""
         self.kubeconfig = kubeconfig
         (port,) = free_ports(1)
         self.health = f"http://127.0.0.1:{port}/healthz"
         argv = (specops_executable(), "operator", "--metrics-port=0", f"--liveness={self.health}")
         self.process = LocalProcess(
-            "the operator", (*argv, *extra_args), log, {"KUBECONFIG": str(kubeconfig)}
+            "the operator",
+            (*argv, *extra_args),
+            log,
+            {"KUBECONFIG": str(kubeconfig), **(env or {})},
         )
 
     def start(self, timeout_s: float = 60.0) -> None:

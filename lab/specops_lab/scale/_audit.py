@@ -27,6 +27,7 @@ class AuditRequest:
     namespace: str
     name: str
     code: int
+    agent: str = ""  # the client's User-Agent: which operator replica sent it
 
     @property
     def writes(self) -> bool:
@@ -58,6 +59,7 @@ def parse_audit(lines: Iterable[str]) -> Iterator[AuditRequest]:
             namespace=ref.get("namespace", ""),
             name=ref.get("name", ""),
             code=int((event.get("responseStatus") or {}).get("code", 0)),
+            agent=event.get("userAgent", ""),
         )
 
 

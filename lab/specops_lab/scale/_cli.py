@@ -72,6 +72,29 @@ _DEFAULTS = ScaleOptions()
     help="Most seconds a phase may take before its target counts as missed.",
 )
 @click.option(
+    "--shard-replicas",
+    type=click.IntRange(min=0),
+    default=_DEFAULTS.shard_replicas,
+    show_default=True,
+    help="Replicas of the sharded phase (the chart's operator.sharding), one of which is"
+    " killed; 0 skips the phase.",
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=_DEFAULTS.shards,
+    show_default=True,
+    help="Shards the sharded phase's replicas share.",
+)
+@click.option(
+    "--shard-lease-seconds",
+    "shard_lease_s",
+    type=click.FloatRange(min=3.0),
+    default=_DEFAULTS.shard_lease_s,
+    show_default=True,
+    help="The shard Leases' period: a killed replica's shards should move within it.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("scale-results"),
@@ -87,11 +110,15 @@ def scale(
     edits: int,
     steady_s: float,
     timeout_s: float,
+    shard_replicas: int,
+    shards: int,
+    shard_lease_s: float,
     out: Path,
     check: bool,
 ) -> None:
     """Measure one operator carrying a fleet: time to create it, steady API traffic, memory,
-    a user's edit during a burst of creations, and a restart.
+    a user's edit during a burst of creations, and a restart; then replicas sharing the
+    fleet by shards, one of them killed.
 
     Runs its own local control plane (built on first use), the chart, and the operator as a
     local process acting as the chart's ServiceAccount; the API server's audit log counts
@@ -105,7 +132,12 @@ def scale(
         edits=edits,
         steady_s=steady_s,
         timeout_s=timeout_s,
+        shard_replicas=shard_replicas,
+        shards=shards,
+        shard_lease_s=shard_lease_s,
     )
+    if shard_replicas == 1:
+        raise click.UsageError("--shard-replicas 1 has no replica to kill: use 0 or at least 2")
     try:
         figures = run_scale(options, out, lambda message: click.echo(message, err=True))
     except (ClusterError, LaunchError) as exc:

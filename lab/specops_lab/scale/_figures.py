@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specops_lab.scale._sharded import ShardRun
+
 __all__ = ["ScaleFigures", "ScaleTargets", "Target", "judge", "nearest_rank", "render_table"]
 
 
@@ -41,6 +43,7 @@ class ScaleFigures:
     restart_converged_s: float | None
     restart_requests: int
     memory_limit_mib: float
+    shards: ShardRun | None = None  # the sharded phase, when it ran
 
     @property
     def steady_per_service_minute(self) -> float:
@@ -136,7 +139,38 @@ def judge(figures: ScaleFigures, targets: ScaleTargets) -> tuple[Target, ...]:
             f"<= {targets.restart_requests_per_service:g}",
             figures.restart_requests_per_service <= targets.restart_requests_per_service,
         ),
+    ) + (_sharded_targets(figures.shards) if figures.shards is not None else ())
+
+
+def _sharded_targets(run: ShardRun) -> tuple[Target, ...]:
+    return (
+        Target(
+            f"killing one of {run.replicas} replicas ({run.shards} shards): its shards "
+            "held by the others after",
+            _seconds(run.moved_s),
+            f"<= {run.lease_s:g} s (one Lease period)",
+            _within(run.moved_s, run.lease_s),
+        ),
+        Target(
+            "services written by two replicas in turn (the audit log's writes, "
+            f"{run.services_written} services, {run.writers} replicas)",
+            str(len(run.overlaps))
+            + (f": {', '.join(run.overlaps[:5])}" if run.overlaps else "")
+            + ("" if run.every_edit_applied else ", an edit of every service not applied"),
+            "0",
+            not run.overlaps and run.services_written > 0 and run.every_edit_applied,
+        ),
     )
+
+
+def _sharded_lines(run: ShardRun) -> list[str]:
+    return [
+        f"- Sharded: {run.replicas} replicas took their fair shares of {run.shards} shards "
+        f"after {_seconds(run.settled_s)}; a user's edit of a service of a moved shard "
+        f"reached its Deployment after {_seconds(run.edit_after_move_s)}; every service "
+        "was edited before the kill and again after the move"
+        + (" and each Deployment carried both." if run.every_edit_applied else ", NOT all applied.")
+    ]
 
 
 def render_table(figures: ScaleFigures, targets: ScaleTargets, command: str) -> str:
@@ -166,6 +200,7 @@ def render_table(figures: ScaleFigures, targets: ScaleTargets, command: str) -> 
         f"{_seconds(figures.burst_created_s)}; {len(figures.edit_latencies_s)} edits, "
         f"p50 {_seconds(p50)}.",
         f"- Restart: {figures.restart_requests} requests until every service was reconciled.",
+        *(_sharded_lines(figures.shards) if figures.shards is not None else []),
         "",
         "| steady requests | count |",
         "|---|---:|",

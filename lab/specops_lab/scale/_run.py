@@ -23,6 +23,7 @@ from typing import Any, cast
 import yaml
 from kubernetes import client, config
 from kubernetes.utils import parse_quantity
+from specops_operator import shard_of
 
 from specops_lab.cluster import (
     ClusterInfo,
@@ -40,6 +41,7 @@ from specops_lab.launch import (
 )
 from specops_lab.scale._audit import by_kind, parse_audit, within
 from specops_lab.scale._figures import ScaleFigures
+from specops_lab.scale._sharded import ShardRun, overlapping, writers_by_service
 
 __all__ = ["ScaleOptions", "run_scale"]
 
@@ -51,6 +53,8 @@ _QUIET_S = 15.0
 _HANDLED = "Handler 'service_changed' succeeded"
 # What the local process is given in place of the chart's in-cluster endpoints.
 _LOCAL_ARGS = ("--liveness", "--metrics-port")
+# The chart's sharding arguments: the single-operator phases run without them.
+_SHARD_ARGS = "--shard"
 
 Progress = Callable[[str], None]
 
@@ -67,6 +71,10 @@ class ScaleOptions:
     steady_s: float = 120.0
     creators: int = 8
     timeout_s: float = 600.0
+    # The sharded phase: this many replicas over this many shards (0 replicas: skipped).
+    shard_replicas: int = 3
+    shards: int = 3
+    shard_lease_s: float = 15.0
 
 
 def _service(index: int, replicas: int) -> dict[str, Any]:
@@ -128,6 +136,13 @@ class _Rss:
             self._thread.join()
 
 
+def _asks_for(deployment: dict[str, Any], memory: str) -> bool:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return any(
+        c.get("resources", {}).get("requests", {}).get("memory") == memory for c in containers
+    )
+
+
 class _Fleet:
     """The admin's view of the fleet namespace: creations, edits and the Deployments made."""
 
@@ -146,6 +161,16 @@ class _Fleet:
 
         with ThreadPoolExecutor(self._options.creators) as pool:
             list(pool.map(one, indices))
+
+    def shard(self, index: int, shards: int) -> int:
+        """The shard of service ``index``, by its uid as the operator hashes it."""
+        found = cast(
+            dict[str, Any],
+            self._custom.get_namespaced_custom_object(
+                "specops.io", "v1alpha1", _NAMESPACE, "speculativeservices", f"svc-{index}"
+            ),
+        )
+        return shard_of(found["metadata"]["uid"], shards)
 
     def deployments(self) -> int:
         listed = self._apps.list_namespaced_deployment(
@@ -188,6 +213,32 @@ class _Fleet:
             time.sleep(0.5)
         return time.monotonic() - since
 
+    def edit_all(self, count: int, memory: str, deadline: float) -> bool:
+        """Change the memory request of the first ``count`` services at once; whether every
+        Deployment carries it by ``deadline``."""
+        patch = {"spec": {"engine": {"resources": {"requests": {"memory": memory}}}}}
+
+        def one(index: int) -> None:
+            self._custom.patch_namespaced_custom_object(
+                "specops.io", "v1alpha1", _NAMESPACE, "speculativeservices", f"svc-{index}", patch
+            )
+
+        with ThreadPoolExecutor(self._options.creators) as pool:
+            list(pool.map(one, range(count)))
+        while self._carrying(memory) < count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
+        return True
+
+    def _carrying(self, memory: str) -> int:
+        """The Deployments whose containers ask for ``memory``."""
+        listed = self._apps.list_namespaced_deployment(
+            _NAMESPACE, label_selector="app.kubernetes.io/managed-by=specops"
+        )
+        plain = self._api.sanitize_for_serialization(listed)  # type: ignore[no-untyped-call]
+        return sum(1 for d in plain["items"] if _asks_for(d, memory))
+
     def edit(self, index: int, memory: str, timeout_s: float) -> float | None:
         """Change one service's memory request; seconds until its Deployment carries it."""
         patch = {"spec": {"engine": {"resources": {"requests": {"memory": memory}}}}}
@@ -198,11 +249,7 @@ class _Fleet:
         while time.monotonic() - started < timeout_s:
             read = self._apps.read_namespaced_deployment(f"svc-{index}", _NAMESPACE)
             deployment = self._api.sanitize_for_serialization(read)  # type: ignore[no-untyped-call]
-            containers = deployment["spec"]["template"]["spec"]["containers"]
-            if any(
-                c.get("resources", {}).get("requests", {}).get("memory") == memory
-                for c in containers
-            ):
+            if _asks_for(deployment, memory):
                 return time.monotonic() - started
             time.sleep(0.05)
         return None
@@ -221,16 +268,135 @@ class _Audit:
             return within(parse_audit(lines), self.user, start, end)
 
 
+def _args(release: ChartRelease, *, sharded: bool) -> list[str]:
+    """The chart's arguments for a local process, with or without its sharding."""
+    args = [
+        a
+        for a in release.operator_args[1:]
+        if not a.startswith(_LOCAL_ARGS) and (sharded or not a.startswith(_SHARD_ARGS))
+    ]
+    return [*args, "--log-format=json"]  # each line names its object: see _reconciled
+
+
 def _operator(
     identity: Path, release: ChartRelease, log: Path, rss: _Rss, timeout_s: float
 ) -> OperatorProcess:
-    args = [a for a in release.operator_args[1:] if not a.startswith(_LOCAL_ARGS)]
-    args.append("--log-format=json")  # each line names its object: see _reconciled
     log.unlink(missing_ok=True)  # a run's logs are its own, not appended to an earlier run's
-    operator = OperatorProcess(identity, log, extra_args=args)
+    operator = OperatorProcess(identity, log, extra_args=_args(release, sharded=False))
     operator.start(timeout_s)
     rss.pid = operator.process.pid
     return operator
+
+
+class _Leases:
+    """The shard Leases as the admin reads them: who holds which shard."""
+
+    def __init__(self, api: client.ApiClient, release: ChartRelease) -> None:
+        self._client, self._api = api, client.CoordinationV1Api(api)
+        self._namespace = release.namespace
+        group = next(a for a in release.operator_args if a.startswith("--shard-group="))
+        self._selector = (
+            f"specops.io/lease-group={group.split('=', 1)[1]},specops.io/lease-role=shard"
+        )
+
+    def holders(self) -> dict[int, str | None]:
+        listed = self._api.list_namespaced_lease(self._namespace, label_selector=self._selector)
+        plain = self._client.sanitize_for_serialization(listed)  # type: ignore[no-untyped-call]
+        return {
+            int(lease["metadata"]["labels"]["specops.io/shard"]): lease["spec"].get(
+                "holderIdentity"
+            )
+            for lease in plain["items"]
+        }
+
+
+def _fair(holders: dict[int, str | None], shards: int, replicas: list[str]) -> bool:
+    """Every shard held by one of ``replicas``, each holding its fair share."""
+    if len(holders) < shards or any(h not in replicas for h in holders.values()):
+        return False
+    share = math.ceil(shards / len(replicas))
+    counts = [list(holders.values()).count(r) for r in replicas]
+    return max(counts) <= share and sum(counts) == shards
+
+
+def _poll(done: Callable[[], bool], since: float, deadline: float) -> float | None:
+    """Seconds from ``since`` until ``done`` holds (polled five times a second); None past
+    ``deadline``."""
+    while not done():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+    return time.monotonic() - since
+
+
+def _sharded(
+    api: client.ApiClient,
+    audit: _Audit,
+    fleet: _Fleet,
+    identity: Path,
+    release: ChartRelease,
+    options: ScaleOptions,
+    work: Path,
+    progress: Progress,
+) -> ShardRun:
+    """Replicas with the chart's sharding share the fleet; one is killed, its shards move,
+    and a service of a moved shard is edited. Who wrote what comes from the audit log."""
+    count, shards = options.shard_replicas, options.shards
+    progress(f"sharded: {count} replicas share {shards} shards; then one of them is killed")
+    leases, names = _Leases(api, release), [f"shard-{i}" for i in range(count)]
+    replicas = [
+        OperatorProcess(
+            identity,
+            work / f"{name}.log",
+            extra_args=_args(release, sharded=True),
+            env={"POD_NAME": name, "POD_NAMESPACE": release.namespace},
+        )
+        for name in names
+    ]
+    start, started = time.time(), time.monotonic()
+    deadline = started + options.timeout_s
+    moved = edit = None
+    try:
+        for replica in replicas:
+            replica.start(120.0)
+        settled = _poll(lambda: _fair(leases.holders(), shards, names), started, deadline)
+        total = options.services + options.burst
+        # Every service edited: each replica writes the services of its shards.
+        edited = settled is not None and fleet.edit_all(total, "47Gi", deadline)
+        if edited:
+            victim = names[0]
+            lost = {s for s, holder in leases.holders().items() if holder == victim}
+            replicas[0].kill()
+            killed = time.monotonic()
+            moved = _poll(
+                lambda: _fair(leases.holders(), shards, names[1:]), killed, killed + 120.0
+            )
+            index = next(
+                (i for i in range(options.services) if fleet.shard(i, shards) in lost), None
+            )
+            if moved is not None and index is not None:
+                edit = fleet.edit(index, "48Gi", timeout_s=60.0)
+                # And every service again, now by the replicas left.
+                edited = fleet.edit_all(total, "46Gi", time.monotonic() + options.timeout_s)
+    finally:
+        for replica in replicas:
+            replica.stop()
+    time.sleep(2.0)  # requests answered at the end reach the log late
+    writers = writers_by_service(
+        audit.between(start, time.time()), {f"svc-{i}" for i in range(total)}
+    )
+    return ShardRun(
+        replicas=count,
+        shards=shards,
+        lease_s=options.shard_lease_s,
+        settled_s=settled,
+        moved_s=moved,
+        edit_after_move_s=edit,
+        every_edit_applied=edited,
+        writers=len({agent for agents in writers.values() for agent in agents}),
+        services_written=len(writers),
+        overlaps=overlapping(writers),
+    )
 
 
 def _reconciled(log: Path) -> set[str]:
@@ -321,7 +487,13 @@ def run_scale(
     """Run every phase on ``cluster``, or on a local control plane of its own sized for the
     fleet, and return what was measured (also written to ``work/figures.yaml``)."""
     work.mkdir(parents=True, exist_ok=True)
-    values = {"operator": {"watchNamespaces": [_NAMESPACE]}}
+    values: dict[str, Any] = {"operator": {"watchNamespaces": [_NAMESPACE]}}
+    if options.shard_replicas:
+        values["replicaCount"] = options.shard_replicas
+        values["operator"]["sharding"] = {
+            "shards": options.shards,
+            "leaseSeconds": options.shard_lease_s,
+        }
     with ExitStack() as stack:
         info = cluster or stack.enter_context(running_cluster(_sized(options)))
         api = config.new_client_from_config(config_file=str(info.kubeconfig))  # type: ignore[no-untyped-call]
@@ -392,6 +564,12 @@ def _phases(
             options.timeout_s,
             progress,
         )
+        operator.stop()
+        sharded = (
+            _sharded(api, audit, fleet, identity, release, options, work, progress)
+            if options.shard_replicas
+            else None
+        )
     finally:
         operator.stop()
     return ScaleFigures(
@@ -412,6 +590,7 @@ def _phases(
         restart_converged_s=converged,
         restart_requests=restart_requests,
         memory_limit_mib=_chart_limit(release),
+        shards=sharded,
     )
 
 
@@ -429,4 +608,6 @@ def _plain(figures: ScaleFigures) -> dict[str, Any]:
     plain = asdict(figures)
     plain["steady_by_kind"] = [list(k) for k in figures.steady_by_kind]
     plain["edit_latencies_s"] = list(figures.edit_latencies_s)
+    if figures.shards is not None:
+        plain["shards"]["overlaps"] = list(figures.shards.overlaps)
     return plain
