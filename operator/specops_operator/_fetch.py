@@ -42,6 +42,7 @@ from specops.observation import (
 )
 from specops.observation.httpx_get import httpx_get
 from specops.render import SIDECAR_PORT, canary_name
+from specops_operator._batch import BatchedSource, PrometheusBatch
 
 __all__ = [
     "Fetched",
@@ -240,9 +241,11 @@ class PrometheusServiceSource:
     One reader per service: a change of its URL, window or scrape interval replaces it (its
     readings were taken for the old settings), and :meth:`forget` drops it. A new reader
     starts with the scrapes of the last window that Prometheus kept, so an operator that
-    restarted or took over decides on a full window at its first tick. A canary gets a
-    reader of its own, for its pods by name, replaced when they change; the service's
-    reader never counts a canary's pods."""
+    restarted or took over decides on a full window at its first tick. Later, the services
+    of one Prometheus are read together, one query an interval for each batch of them
+    (:class:`~specops_operator._batch.PrometheusBatch`). A canary gets a reader of its own,
+    for its pods by name, replaced when they change; the service's reader never counts a
+    canary's pods."""
 
     def __init__(
         self, get: HttpGet, allowed: Sequence[str], clock: Callable[[], float] = time.time
@@ -253,6 +256,8 @@ class PrometheusServiceSource:
         self._services: dict[
             tuple[str, str, bool], tuple[tuple[object, ...], WindowedObserver]
         ] = {}
+        self._readers: dict[tuple[str, str], BatchedSource] = {}
+        self._batches: dict[tuple[str, int, float], PrometheusBatch] = {}
 
     def _observer(
         self,
@@ -274,13 +279,20 @@ class PrometheusServiceSource:
             if canary_pods is not None
             else ("pod", "!~", f"{re.escape(canary_name(name))}-.+")
         )
-        source = PrometheusSource(
+        lookback_s = max(4 * scrape, 60)
+        own = PrometheusSource(
             url,
             [("namespace", "=", namespace), ("service", "=", name), pods],
             self._get,
-            lookback_s=max(4 * scrape, 60),
+            lookback_s=lookback_s,
             history_s=window,
         )
+        source: PrometheusSource | BatchedSource = own
+        if canary_pods is None:
+            self._close_reader(namespace, name)
+            source = self._readers[(namespace, name)] = BatchedSource(
+                own, self._batch(url, lookback_s, float(scrape)), (namespace, name), lookback_s
+            )
         config = ObserverConfig(
             namespace=namespace,
             pod=None,  # the series of all the service's pods at once
@@ -292,6 +304,20 @@ class PrometheusServiceSource:
         observer = WindowedObserver(source, config, clock=self._clock)
         self._services[key] = (settings, observer)
         return observer
+
+    def _batch(self, url: str, lookback_s: int, interval_s: float) -> PrometheusBatch:
+        key = (url, lookback_s, interval_s)
+        if key not in self._batches:
+            self._batches[key] = PrometheusBatch(
+                url, lookback_s, interval_s, self._get, self._clock
+            )
+        return self._batches[key]
+
+    def _close_reader(self, namespace: str, name: str) -> None:
+        reader = self._readers.pop((namespace, name), None)
+        if reader is not None:
+            reader.close()
+        self._batches = {k: b for k, b in self._batches.items() if not b.empty}
 
     def sampling_interval(self, spec: SpeculativeServiceSpec) -> float | None:
         return float(spec.metrics.scrape_interval_seconds)
@@ -320,6 +346,7 @@ class PrometheusServiceSource:
     def forget(self, namespace: str, name: str) -> None:
         for canary in (False, True):
             self._services.pop((namespace, name, canary), None)
+        self._close_reader(namespace, name)
 
     async def fetch(
         self,

@@ -129,6 +129,16 @@ class PrometheusSource:
     def target(self) -> str:
         return f"{self._url}?query={self._query(self._lookback_s)}"
 
+    @property
+    def last(self) -> float | None:
+        """The scrape time of the newest reading returned, None before the first."""
+        return self._last
+
+    def advance(self, to: float) -> None:
+        """The scrapes up to ``to`` were read elsewhere (one query for many services):
+        the next read returns only newer ones."""
+        self._last = to if self._last is None else max(self._last, to)
+
     async def read(self) -> Sequence[Reading]:
         query = self._query(self._history_s if self._last is None else self._lookback_s)
         status, text = await self._get(self._url, {"query": query})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,11 +155,14 @@ async def test_samples_between_decisions_fill_the_prometheus_window() -> None:
         return httpx.Response(200, text=json.dumps(next(answers)))
 
     spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090", scrapeIntervalSeconds=10)
+    clock = [now]
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        observer = Observer(client, allowed_prometheus=ALLOWED, clock=lambda: now)
+        observer = Observer(client, allowed_prometheus=ALLOWED, clock=lambda: clock[0])
         assert observer.sampling_interval(spec) == 10.0
         await observer.sample("ml", "llama", spec)
+        clock[0] += 10  # a scrape interval later
         await observer.sample("ml", "llama", spec)
+        clock[0] += 10
         fetched = await observer.fetch("ml", "llama", spec, [])
     (window,) = fetched.observations[0].windows
     assert window.readings == 3
@@ -245,15 +249,18 @@ async def test_a_canarys_pods_are_read_apart_from_the_rest_of_the_service() -> N
 
     spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090")
     canary = [PodTarget("llama-canary-5d8f-x2k", "10.0.0.9")]
+    clock, scrape = [now], spec.metrics.scrape_interval_seconds
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        source = PrometheusServiceSource(httpx_get(client), ["prom"], clock=lambda: now)
+        source = PrometheusServiceSource(httpx_get(client), ["prom"], clock=lambda: clock[0])
         await source.fetch("ml", "llama", spec, [])
         fetched = await source.fetch("ml", "llama", spec, canary, canary=True)
         assert fetched.observations and not fetched.failures
         nothing = await source.fetch("ml", "llama", spec, [], canary=True)
         await source.sample("ml", "llama", spec, canary=True)  # the service's and the canary's
         # Once no canary runs its reader is dropped: only the service's is asked.
+        clock[0] += scrape
         await source.sample("ml", "llama", spec)
+        clock[0] += scrape
         await source.sample("ml", "llama", spec, canary=True)
     service, canary_query, sampled, sampled_canary, *after = queries
     assert len(after) == 2 and all("pod!~" in q for q in after), after
@@ -262,3 +269,73 @@ async def test_a_canarys_pods_are_read_apart_from_the_rest_of_the_service() -> N
     assert r'pod=~"llama\\-canary\\-5d8f\\-x2k"' in canary_query, canary_query
     assert nothing.failures == ("no Ready canary pod",)
     assert "pod!~" in sampled and "pod=~" in sampled_canary
+
+
+def _series_of(names: list[str], at: float) -> dict[str, Any]:
+    """A matrix with each named service's running gauge at its own value (its index)."""
+    result: list[dict[str, Any]] = []
+    for name in names:
+        labels = {"namespace": "ml", "service": name, "pod": f"{name}-0", "job": "j"}
+        index = float(name.split("-")[1])
+        for metric, value in (
+            ("vllm:num_requests_running", index),
+            ("vllm:spec_decode_num_drafts_total", at),
+        ):
+            result.append(
+                {
+                    "metric": {"__name__": metric, **labels, "instance": name},
+                    "values": [[t, str(value)] for t in (at - 30, at - 15, at)],
+                }
+            )
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+async def test_the_services_of_one_prometheus_are_read_together_once_an_interval() -> None:
+    clock = [1_000_000.0]
+    queries: list[str] = []
+    failing = [False]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        queries.append(query)
+        found = re.search(r'service(=~|=)"([^"]*)"', query)
+        assert found, query
+        names = found.group(2).replace("\\\\", "\\").replace("\\-", "-").split("|")
+        if failing[0] and found.group(1) == "=~":
+            return httpx.Response(503, text="overloaded")
+        return httpx.Response(200, text=json.dumps(_series_of(names, clock[0])))
+
+    spec = _spec(source="Prometheus", prometheusUrl="http://prom:9090", scrapeIntervalSeconds=15)
+    names = [f"svc-{i}" for i in range(120)]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        source = PrometheusServiceSource(httpx_get(client), ["prom"], clock=lambda: clock[0])
+        for name in names:  # each service's first read is its own: a whole window back
+            await source.fetch("ml", name, spec, [])
+        assert len(queries) == 120 and all('service="' in q for q in queries)
+        for _ in range(2):
+            del queries[:]
+            clock[0] += 15
+            fetched = [await source.fetch("ml", name, spec, []) for name in names]
+            # 120 services, one query for each batch of 50, all in one scrape interval
+            assert len(queries) == 3, queries
+            assert all("service=~" in q and "pod!~" in q for q in queries)
+        for name, got in zip(names, fetched, strict=True):
+            (observation,) = got.observations
+            (window,) = observation.windows
+            assert window.load.running is not None
+            assert window.load.running.max == float(name.split("-")[1])  # its own series
+        del queries[:]
+        await source.sample("ml", "svc-7", spec)  # the same interval: the answer is reused
+        assert queries == []
+        # A failing batch: each of its services asks on its own, as before.
+        failing[0] = True
+        clock[0] += 15
+        got = await source.fetch("ml", "svc-3", spec, [])
+        assert got.observations and not got.failures
+        assert len(queries) == 4 and 'service="svc-3"' in queries[-1]
+        source.forget("ml", "svc-3")
+        failing[0] = False
+        clock[0] += 15
+        del queries[:]
+        await source.sample("ml", "svc-4", spec)
+        assert all("svc\\\\-3|" not in q for q in queries)  # a forgotten service is not asked
