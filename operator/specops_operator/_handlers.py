@@ -41,7 +41,7 @@ from specops_operator._metrics import (
 )
 from specops_operator._owners import Writer, owned_status, status_apply
 from specops_operator._reconcile import forget_turn, reconcile
-from specops_operator._shards import ShardSettings
+from specops_operator._shards import ShardSettings, shard_of
 from specops_operator._status import degraded_conditions
 
 __all__ = ["RECHECK_SECONDS"]
@@ -258,9 +258,16 @@ def _reconciled(body: Mapping[str, Any], memo: kopf.Memo, *, urgent: bool) -> No
     RECONCILE_SECONDS.observe(time.monotonic() - started)
 
 
+def _resync_delay(uid: str, **_: Any) -> float:
+    """When a service's first resync comes: a minute, plus a share of another drawn from its
+    uid, so a fleet created (or an operator restarted) at once resyncs spread over the
+    minute instead of all in the same second."""
+    return RECHECK_SECONDS * (1.0 + shard_of(uid, 1000) / 1000)
+
+
 @kopf.on.resume(*_SERVICE, when=_ours)
 @kopf.on.create(*_SERVICE, when=_ours)
-@kopf.timer(*_SERVICE, interval=RECHECK_SECONDS, initial_delay=RECHECK_SECONDS)
+@kopf.timer(*_SERVICE, interval=RECHECK_SECONDS, initial_delay=_resync_delay)
 def service_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A service was made, the operator (re)started, or it is time to look again."""
     _sync(body, memo)
