@@ -121,13 +121,7 @@ class ShardKeeper:
         """Read the Leases, write this round's plan; the shards gained and lost by it."""
         before = self.held()
         now = self._clock()
-        listed = self.kube.list_objects(
-            _API,
-            "Lease",
-            self.settings.namespace,
-            {MANAGED_BY: "specops", GROUP_LABEL: self.settings.group},
-        )
-        leases = [lease for lease in map(_read, listed) if lease is not None]
+        leases = self._leases()
         self._sightings.see(leases, now)
         plan = plan_leases(leases, self._sightings, self.settings, now, self._renewed_at)
         self._write(plan, now)
@@ -146,6 +140,16 @@ class ShardKeeper:
                     plan.share,
                 )
         return ShardRound(frozenset(gained), frozenset(lost))
+
+    def _leases(self) -> list[Lease]:
+        """The group's Leases as the API server holds them now."""
+        listed = self.kube.list_objects(
+            _API,
+            "Lease",
+            self.settings.namespace,
+            {MANAGED_BY: "specops", GROUP_LABEL: self.settings.group},
+        )
+        return [lease for lease in map(_read, listed) if lease is not None]
 
     def _write(self, plan: LeasePlan, now: float) -> None:
         with self._lock:  # shards neither kept nor renewed are no longer ours
@@ -235,15 +239,9 @@ class ShardKeeper:
     def release_all(self) -> None:
         """At shutdown: hand every shard back and leave the members, so the others take
         over at once instead of after a Lease period."""
-        listed = self.kube.list_objects(
-            _API,
-            "Lease",
-            self.settings.namespace,
-            {MANAGED_BY: "specops", GROUP_LABEL: self.settings.group},
-        )
         me = self.settings.identity
-        for lease in map(_read, listed):
-            if lease is None or lease.holder != me:
+        for lease in self._leases():
+            if lease.holder != me:
                 continue
             if lease.role is LeaseRole.SHARD:
                 self._release(lease)
