@@ -14,7 +14,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CACHED_KINDS", "MANAGED_BY", "OWNED_SELECTOR", "SERVICE_LABEL", "WatchCache"]
+__all__ = [
+    "CACHED_KINDS",
+    "MANAGED_BY",
+    "OWNED_SELECTOR",
+    "SERVICE_LABEL",
+    "OwnedPods",
+    "WatchCache",
+]
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 SERVICE_LABEL = "specops.io/service"
@@ -99,3 +106,34 @@ class WatchCache:
     def __len__(self) -> int:
         with self._lock:
             return len(self._objects)
+
+
+class OwnedPods:
+    """The pods of each service as their watch last delivered them, reduced to what the
+    control loop reads, by (namespace, service).
+
+    Not a kopf index: kopf holds every handler back until its indices are filled, and the
+    way it tracks that costs time quadratic in the objects it watches, so a restart under a
+    fleet of thousands of pods would take minutes before its first reconciliation. The
+    control loop's first decision comes long after the watch's first listing anyway."""
+
+    def __init__(self) -> None:
+        self._pods: dict[tuple[str, str], dict[str, Obj]] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, namespace: str, service: str, name: str, view: Obj) -> None:
+        with self._lock:
+            self._pods.setdefault((namespace, service), {})[name] = view
+
+    def drop(self, namespace: str, service: str, name: str) -> None:
+        with self._lock:
+            pods = self._pods.get((namespace, service))
+            if pods is not None:
+                pods.pop(name, None)
+                if not pods:
+                    del self._pods[(namespace, service)]
+
+    def of(self, namespace: str, service: str) -> list[Obj]:
+        """The service's pods (views as kept: the caller reads, never writes them)."""
+        with self._lock:
+            return list(self._pods.get((namespace, service), {}).values())

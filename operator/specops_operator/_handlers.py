@@ -20,8 +20,14 @@ import kopf
 from specops.api import GROUP, PLURAL, VERSION, crd
 from specops.errors import SpecopsError, SpecValidationError
 from specops.render import RenderOptions
-from specops_operator._cache import MANAGED_BY, OWNED_SELECTOR, SERVICE_LABEL, WatchCache
-from specops_operator._control import ControlLoopOptions, Obj, control_tick, forget_decisions
+from specops_operator._cache import (
+    MANAGED_BY,
+    OWNED_SELECTOR,
+    SERVICE_LABEL,
+    OwnedPods,
+    WatchCache,
+)
+from specops_operator._control import ControlLoopOptions, control_tick, forget_decisions
 from specops_operator._fetch import Observer, matching, pod_view
 from specops_operator._kube import (
     DISCOVERY_REFRESH_S,
@@ -58,9 +64,6 @@ _WATCHED = ("deployments", "services", "poddisruptionbudgets", "pods")
 _EDIT_THREADS = 2
 # The threads of a ThreadPoolExecutor made without a size (kopf's, asyncio's default one).
 _DEFAULT_THREADS = min(32, (os.cpu_count() or 1) + 4)
-# Sharded mode: the Lease rounds run on a thread of their own, so a renewal never waits
-# for a thread behind the reconciliations.
-_ROUNDS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specops-shards")
 
 
 @kopf.on.startup()
@@ -80,7 +83,7 @@ def _configure(
     if getattr(memo, "kube", None) is None:
         memo.kube = Kube.from_environment(
             # kopf's executor (the reconciliations) and asyncio's, where the control loop's
-            # API calls run (asyncio.to_thread), and the Lease rounds'
+            # API calls run (asyncio.to_thread), and the Lease rounds' thread
             connections=workers + _DEFAULT_THREADS + _EDIT_THREADS + 1,
             qps=getattr(memo, "kube_qps", KUBE_QPS),
             burst=getattr(memo, "kube_burst", KUBE_BURST),
@@ -92,6 +95,8 @@ def _configure(
     memo.keeper = None if shards is None else ShardKeeper(memo.kube, shards)
     if memo.keeper is not None:
         settings.persistence.diffbase_storage = _HeldDiffBase(memo.keeper)
+    if getattr(memo, "pods", None) is None:
+        memo.pods = OwnedPods()
     if getattr(memo, "options", None) is None:
         memo.options = RenderOptions()
     if getattr(memo, "control", None) is None:
@@ -134,28 +139,13 @@ class _HeldDiffBase(kopf.AnnotationsDiffBaseStorage):
             super().store(body=body, patch=patch, essence=essence)
 
 
-async def _keep_shards(
-    keeper: ShardKeeper, logger: logging.Logger | logging.LoggerAdapter[Any]
-) -> None:
-    """Sharded mode: a Lease round every poll interval, for as long as the operator runs.
-    A failed round is logged and the next one tries again; meanwhile the shards held stop
-    being acted on when their renewal grows too old (see ShardKeeper.holds)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            await loop.run_in_executor(_ROUNDS, keeper.round)
-        except SpecopsError as exc:
-            logger.warning("shard Lease round failed: %s", exc)
-        await asyncio.sleep(keeper.settings.poll_s)
-
-
 @kopf.on.startup()  # after _configure: kopf runs the startup handlers in their order
 async def _start_shards(
     memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
 ) -> None:
     keeper = _keeper(memo)
     if keeper is not None:
-        memo.rounds = asyncio.get_running_loop().create_task(_keep_shards(keeper, logger))
+        keeper.start()
         logger.info(
             "sharded: %d shards, Leases %s-* in %s, this replica %s",
             keeper.settings.shards,
@@ -183,11 +173,8 @@ async def _close(memo: kopf.Memo, **_: Any) -> None:
         await source.client.aclose()
     keeper = _keeper(memo)
     if keeper is not None:
-        memo.rounds.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await memo.rounds
         try:  # the others take the shards now, not a Lease period later
-            await asyncio.get_running_loop().run_in_executor(_ROUNDS, keeper.release_all)
+            await asyncio.to_thread(keeper.stop)
         except SpecopsError as exc:
             logging.getLogger("specops.shards").warning("could not release the shards: %s", exc)
 
@@ -225,10 +212,17 @@ def _sync(body: Mapping[str, Any], memo: kopf.Memo, *, urgent: bool = False) -> 
 
     kopf hands each handler the newest version its watch has seen: the watch cache keeps
     it (unless the operator's own last write is newer), so the reconciliation reads it there.
-    Sharded, a replica that does not hold the service leaves it alone."""
+    Sharded, a replica that does not hold the service leaves it alone; a service being
+    deleted is left alone too."""
     _seen(memo, "MODIFIED", cast(kopf.Body, body))
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        # Being deleted: its children go with it (owner references). Writing them, or its
+        # status, now would bring back what is going and race kopf's removal of its
+        # finalizer.
+        return
     keeper = _keeper(memo)
-    uid = (body.get("metadata") or {}).get("uid", "")
+    uid = meta.get("uid", "")
     with keeper.acting(uid) if keeper is not None else contextlib.nullcontext(True) as ours:
         if ours:
             _reconciled(body, memo, urgent=urgent)
@@ -334,12 +328,22 @@ def owned_deployment_changed(
         _sync(parent, memo)
 
 
-@kopf.index("pods", labels=_OWNED)
-def owned_pods(
-    namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], Obj]:
+@kopf.on.event("pods", labels=_OWNED)
+async def owned_pod_seen(
+    type: str | None,
+    body: kopf.Body,
+    namespace: str | None,
+    name: str | None,
+    labels: Mapping[str, str],
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
     """The pods of each service, by (namespace, service): what the control loop measures."""
-    return {(namespace or "default", labels[SERVICE_LABEL]): pod_view(body)}
+    namespace, service = namespace or "default", labels[SERVICE_LABEL]
+    if type == "DELETED":
+        memo.pods.drop(namespace, service, name or "")
+    else:
+        memo.pods.keep(namespace, service, name or "", pod_view(body))
 
 
 async def _take_over(memo: kopf.Memo, namespace: str, name: str) -> None:
@@ -368,20 +372,20 @@ async def control_loop(
     uid: str | None,
     memo: kopf.Memo,
     stopped: kopf.DaemonStopped,
-    **indices: Any,
+    **_: Any,
 ) -> None:
     """The slow loop of one SpeculativeService: a decision every evaluation window (the pods
-    it measures from :func:`owned_pods`, which kopf passes by its name).
+    it measures from :func:`owned_pod_seen`'s cache).
 
     Sharded, every replica runs it for every service, and only the holder ticks: a replica
     that gains the service reconciles it first (kopf's handlers ran on the old holder)."""
-    owned: kopf.Index[tuple[str, str], Obj] = indices["owned_pods"]
+    owned: OwnedPods = memo.pods
     options: ControlLoopOptions = memo.control
     log = logging.getLogger("specops.control")
     namespace, name = namespace or "default", name or ""
 
     def pods(selector: Mapping[str, str]) -> list[Mapping[str, Any]]:
-        return matching(owned.get((namespace, name), ()), selector)
+        return matching(owned.of(namespace, name), selector)
 
     keeper, held = _keeper(memo), False
     start_service(namespace, name)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from specops.errors import SpecopsError
 from specops_operator._cache import MANAGED_BY
 from specops_operator._kube import CONFLICT, Kube, KubeApiError, object_ref
 from specops_operator._metrics import SHARD_MOVES, SHARDS_HELD
@@ -77,7 +78,10 @@ class ShardKeeper:
         self._renewed_at: dict[str, float] = {}  # Lease name -> this replica's clock
         self._held: dict[int, float] = {}  # shard -> when its Lease was last written by us
         self._busy: dict[int, int] = {}
+        self._reported: frozenset[int] = frozenset()  # held at the end of the last round
         self._lock = threading.Condition()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     # -- what the handlers ask ---------------------------------------------------------
 
@@ -117,15 +121,37 @@ class ShardKeeper:
 
     # -- rounds --------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """Run a round every poll interval on a thread of its own, until :meth:`stop`: not
+        a task of the operator's event loop, which a busy fleet keeps late for seconds."""
+        self._thread = threading.Thread(target=self._rounds, name="specops-shards", daemon=True)
+        self._thread.start()
+
+    def _rounds(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.round()
+            except SpecopsError as exc:  # the held shards lapse by themselves (see holds)
+                _log.warning("shard Lease round failed: %s", exc)
+            self._stopping.wait(self.settings.poll_s)
+
+    def stop(self) -> None:
+        """End the rounds and hand every shard back (:meth:`release_all`)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.settings.lease_s)
+        self.release_all()
+
     def round(self) -> ShardRound:
-        """Read the Leases, write this round's plan; the shards gained and lost by it."""
-        before = self.held()
+        """Read the Leases, write this round's plan; the shards gained and lost since the
+        last round (lost also by a renewal that came too late)."""
+        before = self._reported
         now = self._clock()
         leases = self._leases()
         self._sightings.see(leases, now)
         plan = plan_leases(leases, self._sightings, self.settings, now, self._renewed_at)
         self._write(plan, now)
-        after = self.held()
+        after = self._reported = self.held()
         SHARDS_HELD.set(len(after))
         released = {lease.index for lease in plan.release}
         gained, lost = after - before, before - after - released

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from typing import Any
@@ -254,3 +255,23 @@ def test_a_release_waits_for_the_reconciliation_in_flight_on_its_shard() -> None
     releasing.join(5.0)
     assert released.is_set()
     assert "holderIdentity" not in server.objects[lease_name("specops", 0)]["spec"]
+
+
+def test_the_rounds_run_on_their_own_thread_until_stopped_and_then_hand_the_shards_back() -> None:
+    server = _LeaseServer()
+    keeper = ShardKeeper(server, _settings("a", shards=2))
+    keeper.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while keeper.held() != {0, 1}:
+            assert time.monotonic() < deadline, "the first round never ran"
+            time.sleep(0.05)
+        server.down = True  # a failing round is logged, and the next one tries again
+        time.sleep(2 * keeper.settings.poll_s)
+        server.down = False
+    finally:
+        keeper.stop()
+    assert not keeper.held()
+    shards = [o for o in server.objects.values() if o["metadata"]["labels"].get("specops.io/shard")]
+    assert len(shards) == 2 and all("holderIdentity" not in o["spec"] for o in shards)
+    assert member_name("specops", "a") not in server.objects
