@@ -10,7 +10,8 @@ Expiry is judged on the observer's own clock (how long since *it* saw the Lease 
 never by comparing another machine's ``renewTime`` with its own, so skewed clocks cannot hand
 one shard to two replicas. A holder acts on a shard only while its last renewal is younger
 than two thirds of the period (:attr:`ShardSettings.act_s`): by the time a taker has seen the
-Lease unchanged for a full period, the old holder has stopped acting for a third of one.
+Lease unchanged for a period less one poll (:attr:`ShardSettings.take_after_s`), the old
+holder has stopped acting for a while.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ class ShardSettings:
         """How often the Leases are read: free shards are seen soon, renewals stay in time."""
         return min(2.0, self.lease_s / 5)
 
+    @property
+    def take_after_s(self) -> float:
+        """How long a shard's Lease must stand unchanged in this replica's sight before it
+        takes the shard over: a period less one poll, since it saw the last renewal up to a
+        poll after it was written. Still longer than :attr:`act_s` after that renewal, so
+        the old holder has stopped acting first."""
+        return self.lease_s - self.poll_s
+
 
 def _dns_label(text: str) -> str:
     """``text`` as a lowercase DNS label part (a pod name already is one)."""
@@ -119,10 +128,10 @@ class Sightings:
         for gone in set(self.changed_at) - names:
             del self.changed_at[gone]
 
-    def expired(self, lease: Lease, now: float, lease_s: float) -> bool:
-        """Whether ``lease`` has stood unchanged for a whole period in this replica's sight."""
+    def expired(self, lease: Lease, now: float, unchanged_s: float) -> bool:
+        """Whether ``lease`` has stood unchanged for ``unchanged_s`` in this replica's sight."""
         seen = self.changed_at.get(lease.name)
-        return seen is not None and seen[0] == lease.version and now - seen[1] >= lease_s
+        return seen is not None and seen[0] == lease.version and now - seen[1] >= unchanged_s
 
 
 @dataclass(frozen=True)
@@ -160,11 +169,12 @@ def plan_leases(
     ``sightings.see`` of them) and when it last renewed each of its own (``renewed_at``).
 
     A shard is free when its Lease is missing, released, or expired in this replica's
-    sight; a member counts alive until its Lease expires, and is forgotten then. Shards
+    sight (unchanged for :attr:`ShardSettings.take_after_s`); a member counts alive until
+    its Lease expires so, and is forgotten then. Shards
     above this replica's share are released, the lowest in its preference first."""
-    me, lease_s = settings.identity, settings.lease_s
+    me, unchanged_s = settings.identity, settings.take_after_s
     others = [m for m in leases if m.role is LeaseRole.MEMBER and m.holder != me]
-    dead = tuple(m for m in others if sightings.expired(m, now, lease_s))
+    dead = tuple(m for m in others if sightings.expired(m, now, unchanged_s))
     live = 1 + len(others) - len(dead)
     share = math.ceil(settings.shards / live)
     by_index: Mapping[int, Lease] = {
@@ -185,7 +195,7 @@ def plan_leases(
         if lease is None:
             create.append(index)
         elif lease.holder != me and (
-            lease.holder is None or sightings.expired(lease, now, lease_s)
+            lease.holder is None or sightings.expired(lease, now, unchanged_s)
         ):
             take.append(lease)
         else:

@@ -46,7 +46,7 @@ def test_settings_refuse_what_cannot_work() -> None:
     with pytest.raises(ValueError, match="Lease period"):
         _settings("a", lease_s=1.0)
     settings = _settings("a")
-    assert settings.renew_s < settings.act_s < settings.lease_s
+    assert settings.renew_s < settings.act_s < settings.take_after_s < settings.lease_s
 
 
 def test_member_names_are_dns_labels_and_tell_identities_apart() -> None:
@@ -86,9 +86,10 @@ def test_a_shard_is_taken_only_once_it_stood_unchanged_for_a_period_in_this_repl
     sightings = Sightings()
     sightings.see(leases, 100.0)  # first seen now: its renewTime is not trusted
     settings = _settings("a", shards=1)
-    assert not plan_leases(leases, sightings, settings, 114.0, {}).take
-    sightings.see(leases, 114.0)
-    plan = plan_leases(leases, sightings, settings, 115.0, {})
+    assert settings.act_s < settings.take_after_s < settings.lease_s
+    assert not plan_leases(leases, sightings, settings, 112.9, {}).take
+    sightings.see(leases, 112.9)
+    plan = plan_leases(leases, sightings, settings, 113.0, {})
     assert [lease.index for lease in plan.take] == [0]
     assert [m.holder for m in plan.forget] == ["dead"]  # and the dead member is forgotten
     renewed = [_shard(0, "dead", version="2"), _member("dead")]
