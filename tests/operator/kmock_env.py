@@ -211,7 +211,40 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
             if isinstance(metadata, dict):
                 metadata["resourceVersion"] = str(ApplyingEmulator._version)
 
+    def _stale(self, request: kmock.Request) -> str | None:
+        """Why a write's resourceVersion precondition fails, as the API server refuses it
+        (409): the write names a version and the stored object is at another. kmock would
+        apply it over whatever changed since, and a write meant to be refused (a handover of
+        managedFields read before a status apply) would undo the newer write."""
+        if request.method not in (kmock.method.PATCH, kmock.method.PUT) or not isinstance(
+            request.data, dict
+        ):
+            return None
+        wanted = (request.data.get("metadata") or {}).get("resourceVersion")
+        if wanted is None or request.resource is None or request.name is None:
+            return None
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        stored = self.objects[key]
+        held = (stored.raw.get("metadata") or {}).get("resourceVersion")
+        return None if held == wanted else f"the object is at {held}, not {wanted}"
+
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if (stale := self._stale(request)) is not None:
+            message = (
+                f"Operation cannot be fulfilled: {stale}; apply your changes to the latest version"
+            )
+            return aiohttp.web.json_response(
+                {
+                    "kind": "Status",
+                    "status": "Failure",
+                    "reason": "Conflict",
+                    "code": 409,
+                    "message": message,
+                },
+                status=409,
+            )
         self._stamp(request)
         if (
             request.method == kmock.method.PATCH
@@ -310,5 +343,13 @@ async def run_operator(
         yield kmock
     finally:
         stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await asyncio.wait_for(task, timeout=30)
+        except asyncio.CancelledError:
+            pass
+        except TimeoutError:
+            # Not stopped within 30 s: wait_for cancelled it. Otherwise the operator did stop
+            # and kopf re-raised, at its exit, the TimeoutError of a daemon's time-limited
+            # stopped.wait() that outlived its cancelled daemon: kopf's, not the operator's.
+            if task.cancelled():
+                raise
