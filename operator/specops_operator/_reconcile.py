@@ -189,8 +189,20 @@ def reconcile(
 
 def _hand_over(kube: Kube, body: Obj) -> tuple[Obj, bool]:
     """The object once the status an older operator merge-patched is handed to the writers
-    (see :func:`handed_over`), and whether it was just handed over. A stale read makes the
-    API server refuse, and the reconciliation is retried."""
+    (see :func:`handed_over`), and whether it was just handed over. The API server refuses
+    a handover computed from a stale copy (the watch cache's, with another writer's status
+    newer): it is computed again from the object as the API server holds it; a second
+    refusal fails the reconciliation, which is retried."""
+    try:
+        return _handed(kube, body)
+    except KubeApiError as exc:
+        if exc.status != CONFLICT:
+            raise
+    live = kube.get(body, fresh=True)
+    return (body, False) if live is None else _handed(kube, live)
+
+
+def _handed(kube: Kube, body: Obj) -> tuple[Obj, bool]:
     managed = handed_over(body["metadata"].get("managedFields") or [], body["apiVersion"])
     if managed is None:
         return body, False
