@@ -421,8 +421,10 @@ def _follow_rollout(
         Action.WITHHOLD,
         ReasonCode.ROLLOUT_IN_PROGRESS,
         state,
-        f"rollout to {rollout.target.describe()} in progress for {elapsed:.0f}s "
-        f"(limit {settings.rollout_timeout_s:.0f}s)",
+        # No running count of seconds: a message that changes at every poll would rewrite
+        # status at every poll of the rollout (status.controller.rollout says since when).
+        f"rollout to {rollout.target.describe()} in progress: its pods have "
+        f"{settings.rollout_timeout_s:.0f}s to become Ready",
     )
 
 
