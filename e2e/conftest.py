@@ -94,11 +94,19 @@ def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
 def wait() -> Wait:
     """Poll ``done`` until it holds; fail naming ``what`` after a generous timeout."""
 
-    def poll(done: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + WAIT_TIMEOUT_S
+    def poll(
+        done: Callable[[], bool],
+        what: str,
+        *,
+        timeout_s: float | None = None,
+        explain: Callable[[], str] | None = None,
+    ) -> None:
+        limit = WAIT_TIMEOUT_S if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
         while not done():
             if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {WAIT_TIMEOUT_S:.0f} s waiting for {what}")
+                state = f"; then: {explain()}" if explain is not None else ""
+                pytest.fail(f"timed out after {limit:.0f} s waiting for {what}{state}")
             time.sleep(0.25)
 
     return poll

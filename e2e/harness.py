@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import yaml
 from kubernetes import client
@@ -17,7 +17,22 @@ from kubernetes import client
 __all__ = ["EXAMPLE", "Kubectl", "Phases", "Wait", "apply", "example", "filled", "plain"]
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama.yaml"
-Wait = Callable[[Callable[[], bool], str], None]
+
+
+class Wait(Protocol):
+    """Poll ``done`` until it holds; fail naming ``what`` (and, when given, what ``explain``
+    says of the state then) after ``timeout_s`` or the suite's generous default."""
+
+    def __call__(
+        self,
+        done: Callable[[], bool],
+        what: str,
+        *,
+        timeout_s: float | None = None,
+        explain: Callable[[], str] | None = None,
+    ) -> None: ...
+
+
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
