@@ -5,6 +5,12 @@ then throughput) in hindsight among every policy but the controller: each static
 off, vLLM's documented table, the best table computed on the engine's truth, and the
 per-step rule; it switches between them for free, so its figures are those segments'
 figures stitched together.
+
+Beside it, the plan that pays restarts: one config vLLM runs per segment, chosen in
+hindsight by what each serves once every change serves nothing for the restart downtime.
+Speculation is expected back on after load falls only where that plan turns it on: where
+turning it on for a low-load segment serves less than staying off, restarts included, the
+controller that stays off is right.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ class TraceResults:
     fixed: tuple[str, ...]
     oracle_segments: tuple[SegmentStats, ...]
     oracle_choices: tuple[str, ...]
+    restart_plan: tuple[str, ...] = ()
 
     def summary(self, policy: str) -> Summary:
         if policy == ORACLE:
@@ -84,8 +91,16 @@ class TraceResults:
         return next(iter(self.runs.values())).truth
 
 
-def oracle(trace: LoadTrace, runs: Mapping[str, RunResult], fixed: Sequence[str]) -> TraceResults:
-    """Best of the ``fixed`` runs per segment, in hindsight, switching for free."""
+def oracle(
+    trace: LoadTrace,
+    runs: Mapping[str, RunResult],
+    fixed: Sequence[str],
+    *,
+    runnable: Sequence[str] = (),
+    restart_s: float = 0.0,
+) -> TraceResults:
+    """Best of the ``fixed`` runs per segment, in hindsight, switching for free; and the
+    plan among the ``runnable`` ones (configs vLLM runs) that pays ``restart_s`` a change."""
     if not fixed:
         raise ValueError("the oracle needs at least one fixed-config run")
     chosen: list[str] = []
@@ -94,7 +109,30 @@ def oracle(trace: LoadTrace, runs: Mapping[str, RunResult], fixed: Sequence[str]
         best = max(fixed, key=lambda name: _rank(runs[name].segments[index]))
         chosen.append(best)
         stitched.append(runs[best].segments[index])
-    return TraceResults(trace, runs, tuple(fixed), tuple(stitched), tuple(chosen))
+    plan = _restart_plan(len(trace.segments), runs, runnable, restart_s)
+    return TraceResults(trace, runs, tuple(fixed), tuple(stitched), tuple(chosen), plan)
+
+
+def _restart_plan(
+    segments: int, runs: Mapping[str, RunResult], names: Sequence[str], restart_s: float
+) -> tuple[str, ...]:
+    """One of ``names`` per segment, serving the most goodput in hindsight when each change
+    serves nothing for ``restart_s`` at the start of its segment (a dynamic programme)."""
+    best: dict[str, tuple[float, tuple[str, ...]]] = {}
+    for index in range(segments):
+        step: dict[str, tuple[float, tuple[str, ...]]] = {}
+        for name in names:
+            segment = runs[name].segments[index]
+            seconds = segment.end - segment.start
+            served = segment.goodput * seconds
+            lost = segment.goodput * min(restart_s, seconds)
+            ways = [
+                (value - (lost if previous != name else 0.0) + served, (*plan, name))
+                for previous, (value, plan) in best.items()
+            ]
+            step[name] = max(ways, key=lambda way: way[0]) if ways else (served, (name,))
+        best = step
+    return max(best.values(), key=lambda found: found[0])[1] if best else ()
 
 
 @dataclass(frozen=True)
@@ -237,6 +275,8 @@ def _crossover_targets(
         if choice == "off" and previous != "off":
             want_off = True
         elif choice != "off" and previous == "off":
+            if results.restart_plan and results.restart_plan[index] == "off":
+                continue  # on the truth, staying off serves more, restarts included
             want_off = False
         else:
             continue
@@ -335,6 +375,11 @@ def markdown(
                 f"| {s.goodput:.0f} | {s.restarts} | {ratio:.3f} |"
             )
         lines += ["", f"Oracle per segment: {', '.join(results.oracle_choices)}", ""]
+        if results.restart_plan:
+            lines += [
+                f"Paying restarts, the best configs vLLM runs: {', '.join(results.restart_plan)}",
+                "",
+            ]
         if trace.sweep:
             lines += _sweep_table(results)
     lines += cross_table(all_results)
@@ -395,6 +440,7 @@ def results_json(
             "duration_s": results.trace.duration_s,
             "policies": policies,
             "oracle_choices": list(results.oracle_choices),
+            "restart_plan": list(results.restart_plan),
         }
     return {
         "command": command,

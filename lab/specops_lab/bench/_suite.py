@@ -92,12 +92,14 @@ def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:
 
 
 def _judge(
-    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult]
+    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult], restart_s: float
 ) -> TraceResults:
     """The oracle per segment: it picks among the fixed configs, the truth's best tables and
-    the per-step rule, whichever did best in hindsight (never the controller)."""
+    the per-step rule, whichever did best in hindsight (never the controller); and the plan
+    of fixed configs that pays ``restart_s`` a change."""
     pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
-    return oracle(trace, runs, pool)
+    runnable = [p.name for p in candidates if isinstance(p, FixedPolicy)]
+    return oracle(trace, runs, pool, runnable=runnable, restart_s=restart_s)
 
 
 def compare_on_trace(
@@ -109,7 +111,7 @@ def compare_on_trace(
     for policy in candidates:
         progress(f"{trace.name}: {policy.name}")
         runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-    return _judge(trace, candidates, runs)
+    return _judge(trace, candidates, runs, suite.service.restart_downtime_s)
 
 
 def _run_all(
@@ -167,7 +169,7 @@ def run_suite(
     ]
     results = iter(_run_all(runs, progress, jobs))
     out = []
-    for trace, candidates, _ in cases:
+    for trace, candidates, on_truth in cases:
         by_name = {policy.name: next(results) for policy in candidates}
-        out.append(_judge(trace, candidates, by_name))
+        out.append(_judge(trace, candidates, by_name, on_truth.service.restart_downtime_s))
     return out

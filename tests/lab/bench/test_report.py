@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 from specops_lab.bench import (
     DecisionRecord,
     LoadTrace,
@@ -116,3 +118,47 @@ def test_a_steady_run_may_move_once_from_day_zero_but_not_twice() -> None:
     assert targets()
     assert targets(3.0, 14.0)  # one in each of the two runs
     assert not targets(3.0, 6.0)  # twice in the first
+
+
+def test_back_on_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> None:
+    """A short low segment between two high ones: drafting gains there, but the restart
+    back to off at high load costs more, so the plan that pays restarts stays off and the
+    controller that stays off is not marked down; a long one pays, and is expected."""
+
+    def stats(index: int, seconds: float, tokens: float) -> SegmentStats:
+        return SegmentStats(f"s{index}", 0.0, seconds, round(tokens * seconds), (0.01,), 1, 1)
+
+    def case(low_s: float) -> list[str]:
+        trace = LoadTrace(
+            name="t",
+            workload="sharegpt",
+            segments=(
+                Segment(duration_s=600, concurrency=200),
+                Segment(duration_s=low_s, concurrency=4),
+                Segment(duration_s=600, concurrency=200),
+            ),
+        )
+        goodput = {"off": (1000.0, 100.0, 1000.0), "k3": (50.0, 200.0, 50.0)}
+        seconds = (600.0, low_s, 600.0)
+        runs = {
+            name: RunResult(
+                name,
+                "t",
+                tuple(stats(i, seconds[i], g) for i, g in enumerate(rates)),
+                0,
+                ((10.0, 200, 0),) if name == "off" else (),
+                (),
+                "llama3.1-8b-h100-eagle3",
+            )
+            for name, rates in goodput.items()
+        }
+        runs["specops"] = replace(runs["off"], policy="specops")
+        results = oracle(trace, runs, ["off", "k3"], runnable=["off", "k3"], restart_s=60)
+        assert results.oracle_choices == ("off", "k3", "off")
+        targets = evaluate_targets([results], window_s=60, restart_s=60)
+        return [t.trace for t in targets if t.target.startswith("crossover: speculation back")]
+
+    # 600 s at 200 instead of 100 gains 60 000 tokens; the restart back to off costs 60 000
+    # at 1000/s and the one into k3 12 000 more: stay off.
+    assert case(600.0) == []
+    assert case(3000.0) == ["t:1:c4"]  # 300 000 gained: turn on
