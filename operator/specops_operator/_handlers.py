@@ -392,24 +392,20 @@ async def control_loop(
     try:
         await stopped.wait(options.initial_delay_s)
         while not stopped:
-            if keeper is not None:
-                now_held = keeper.holds(uid or "")
-                gained, held = now_held and not held, now_held
-                if not held:
-                    await stopped.wait(keeper.settings.renew_s)
-                    continue
-                if gained:
-                    await _take_over(memo, namespace, name)
             with keeper.acting(uid or "") if keeper else contextlib.nullcontext(True) as ours:
-                if not ours:
-                    continue
-                try:
-                    wait = await control_tick(
-                        memo.kube, namespace, name, options, memo.options, _post, pods
-                    )
-                except SpecopsError as exc:
-                    log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
-                    wait = options.retry_s
+                gained, held = ours and not held, ours
+                if not ours:  # another replica's: look again when Leases may have moved
+                    wait = keeper.settings.renew_s if keeper is not None else options.retry_s
+                else:
+                    if gained and keeper is not None:
+                        await _take_over(memo, namespace, name)
+                    try:
+                        wait = await control_tick(
+                            memo.kube, namespace, name, options, memo.options, _post, pods
+                        )
+                    except SpecopsError as exc:
+                        log.warning("%s/%s: control loop tick failed: %s", namespace, name, exc)
+                        wait = options.retry_s
             await stopped.wait(max(wait, 0.05))
     finally:  # deleted, or no longer ours: keep neither its readings nor its series
         _seen(memo, "DELETED", cast(kopf.Body, service_ref(namespace, name)))
