@@ -807,11 +807,15 @@ def _probe_off(
     restart (with the margin) and what it may lose until it can be taken back (the mean
     where it loses, over the minimum dwell). Where the choice restarts the pods anyway,
     the restart off adds is the one that takes it back, paid in the draws where it loses.
-    Its windows measure the target alone, and a worse result is taken back.
+    Its windows measure the target alone, and a worse result is taken back. Where the
+    policy's choice is off itself but the draws leave it unlikely, the same test decides,
+    with off set against the config in force: the draws' doubt lies along that split.
     """
     choice = evaluation.choice
-    if state.config.is_off or choice.config.is_off or 0 in state.cost_evidence.ks:
+    if state.config.is_off or 0 in state.cost_evidence.ks:
         return evaluation
+    if choice.config.is_off and evaluation.likely >= settings.min_gain:
+        return evaluation  # likely enough as it is: the restart rule judges it
     mean_gain = relative_gain(choice.baseline, choice.current)
     if mean_gain < settings.min_gain:
         return evaluation
@@ -822,14 +826,16 @@ def _probe_off(
         over_current.append(
             relative_gain(off_speed, predict(state.config, load, model, settings.objective))
         )
-        over_choice.append(
-            relative_gain(off_speed, predict(choice.config, load, model, settings.objective))
-        )
+        if not choice.config.is_off:
+            over_choice.append(
+                relative_gain(off_speed, predict(choice.config, load, model, settings.objective))
+            )
+    over_choice = over_choice or over_current
     upside = _quantile(over_choice, settings.gain_confidence)
     may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.horizon
     may_lose = sum(max(-g, 0.0) for g in over_choice) / len(models) * settings.min_dwell_s
     restart = settings.margin * _restart_cost(state, settings)
-    if choice.config != state.config:
+    if not choice.config.is_off and choice.config != state.config:
         # The choice restarts too: off costs a restart more only where it loses and is
         # taken back.
         restart *= sum(1 for g in over_choice if g < 0.0) / len(models)
@@ -839,7 +845,11 @@ def _probe_off(
         choice,
         config=SpecConfig.off(),
         predicted=choice.baseline,
-        reason=f"speculation off, to measure it; the policy's choice at the mean: {choice.reason}",
+        reason=(
+            choice.reason  # off already; the words on the gain say it is a probe
+            if choice.config.is_off
+            else f"speculation off, to measure it; the policy's choice at the mean: {choice.reason}"
+        ),
     )
     return replace(
         evaluation,

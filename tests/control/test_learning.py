@@ -140,3 +140,17 @@ def test_off_is_not_probed_where_the_mean_expects_it_to_lose() -> None:
     decision = decide(_at_k3(*points), _observation(8, 3), SERVICE, SETTINGS, 0.0)
     assert not decision.config.is_off
     assert "speculation off was never measured" not in decision.reason
+
+
+def test_off_chosen_at_the_mean_but_unlikely_under_the_draws_is_probed() -> None:
+    # The policy's choice is off itself (+26 % at the mean over 300 s, short of the restart
+    # with its margin), but every step drafted, so the draws spread along the split of
+    # draft and target cost that only off can measure: the same upside test as any probe
+    # of off decides, and off is tried rather than k=3 kept for ever.
+    settings = replace(SETTINGS, restart_cost_s=60.0, regime_min_s=300.0, min_gain=0.03)
+    points = [replace(_high_load(3, 0.025, 224), end=float(i)) for i in range(6)]
+    decision = decide(_at_k3(*points), _observation(224, 3, 0.4), SERVICE, settings, 0.0)
+    assert decision.action is Action.RECONFIGURE and decision.code is ReasonCode.PROBE
+    assert decision.config.is_off
+    assert decision.likely_gain is not None and decision.likely_gain < settings.min_gain
+    assert "speculation off was never measured" in decision.reason
