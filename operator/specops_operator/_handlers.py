@@ -387,17 +387,21 @@ async def control_loop(
     def pods(selector: Mapping[str, str]) -> list[Mapping[str, Any]]:
         return matching(owned.of(namespace, name), selector)
 
-    keeper, held = _keeper(memo), False
+    keeper = _keeper(memo)
+    # Unsharded, the service is this replica's from the start: nothing to take over.
+    held = keeper is None
+    # Another replica's: look again when Leases may have moved.
+    look_again_s = keeper.settings.renew_s if keeper is not None else 0.0
     start_service(namespace, name)
     try:
         await stopped.wait(options.initial_delay_s)
         while not stopped:
             with keeper.acting(uid or "") if keeper else contextlib.nullcontext(True) as ours:
                 gained, held = ours and not held, ours
-                if not ours:  # another replica's: look again when Leases may have moved
-                    wait = keeper.settings.renew_s if keeper is not None else options.retry_s
+                if not ours:
+                    wait = look_again_s
                 else:
-                    if gained and keeper is not None:
+                    if gained:
                         await _take_over(memo, namespace, name)
                     try:
                         wait = await control_tick(
