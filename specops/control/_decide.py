@@ -830,7 +830,8 @@ def _probe_off(
             over_choice.append(
                 relative_gain(off_speed, predict(choice.config, load, model, settings.objective))
             )
-    over_choice = over_choice or over_current
+    if choice.config.is_off:
+        over_choice = over_current  # off is the choice: weigh it against what runs
     upside = _quantile(over_choice, settings.gain_confidence)
     may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.horizon
     may_lose = sum(max(-g, 0.0) for g in over_choice) / len(models) * settings.min_dwell_s
