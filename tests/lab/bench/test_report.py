@@ -11,11 +11,11 @@ from specops_lab.bench import (
 )
 
 
-def _stats(name: str, tokens: int, slo_share: float = 1.0) -> SegmentStats:
+def _stats(name: str, tokens: int, slo_share: float = 1.0, seconds: float = 10.0) -> SegmentStats:
     return SegmentStats(
         name=name,
         start=0.0,
-        end=10.0,
+        end=seconds,
         tokens=tokens,
         tpots=(0.01,),
         finished_tokens=100,
@@ -125,9 +125,6 @@ def test_back_on_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> N
     back to off at high load costs more, so the plan that pays restarts stays off and the
     controller that stays off is not marked down; a long one pays, and is expected."""
 
-    def stats(index: int, seconds: float, tokens: float) -> SegmentStats:
-        return SegmentStats(f"s{index}", 0.0, seconds, round(tokens * seconds), (0.01,), 1, 1)
-
     def case(low_s: float) -> list[str]:
         trace = LoadTrace(
             name="t",
@@ -144,7 +141,10 @@ def test_back_on_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> N
             name: RunResult(
                 name,
                 "t",
-                tuple(stats(i, seconds[i], g) for i, g in enumerate(rates)),
+                tuple(
+                    _stats(f"s{i}", round(g * seconds[i]), seconds=seconds[i])
+                    for i, g in enumerate(rates)
+                ),
                 0,
                 ((10.0, 200, 0),) if name == "off" else (),
                 (),
