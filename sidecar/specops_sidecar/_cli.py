@@ -23,7 +23,7 @@ from specops.observation import (
 )
 from specops.policy import StepCostModel
 from specops.profiles import find_profile, profile_names
-from specops.vllm import SpeculativeConfig
+from specops.vllm import MAX_NUM_SEQS_DEFAULT, SpeculativeConfig
 from specops_sidecar._http import aiohttp_get
 from specops_sidecar._server import build_app
 
@@ -153,6 +153,13 @@ def _cost_model(
     "table cuts short.",
 )
 @click.option("--max-k", default=8, show_default=True, type=click.IntRange(1, 32))
+@click.option(
+    "--max-num-seqs",
+    default=MAX_NUM_SEQS_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1, 65536),
+    help="The engine's --max-num-seqs: the largest batch the predictions and crossovers reach.",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def sidecar(
     engine_url: str,
@@ -176,6 +183,7 @@ def sidecar(
     context_tokens: float,
     speculative_config: str | None,
     max_k: int,
+    max_num_seqs: int,
     log_level: str,
 ) -> None:
     """Turn a vLLM pod's counters into windowed estimates on /metrics and /v1/observation."""
@@ -192,6 +200,7 @@ def sidecar(
             prediction_window_s=prediction_window,
             stale_after_s=stale_after if stale_after is not None else 3 * scrape_interval,
             max_k=max_k,
+            max_batch=max_num_seqs,
             method=method,
             context_tokens_per_request=context_tokens,
             cost_model=_cost_model(profile, model, gpu, tensor_parallel_size, method),

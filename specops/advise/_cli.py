@@ -28,6 +28,7 @@ from specops.profiles import (
     model_shapes,
     profile_names,
 )
+from specops.vllm import MAX_NUM_SEQS_DEFAULT
 
 __all__ = ["advise_command"]
 
@@ -107,7 +108,15 @@ def _profile(
     help="The speculative method [default: from --speculative-config, else eagle3].",
 )
 @click.option("--context-tokens", default=1024.0, show_default=True, type=click.FloatRange(0))
-@click.option("--max-batch", default=256, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--max-num-seqs",
+    "--max-batch",
+    "max_batch",
+    default=MAX_NUM_SEQS_DEFAULT,
+    show_default=True,
+    type=click.IntRange(1, 65536),
+    help="The engine's --max-num-seqs: the largest batch the advice and crossovers reach.",
+)
 @click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
 def advise_command(

@@ -17,6 +17,7 @@ from specops.control import ControlSettings
 from specops.profiles import gpu_names, profile_names
 from specops.vllm import (
     DYNAMIC_SCHEDULE_METHODS,
+    MAX_NUM_SEQS_DEFAULT,
     METHODS_NEEDING_DRAFT_MODEL,
     METHODS_REFUSING_DRAFT_MODEL,
     VLLM_VERSION,
@@ -341,7 +342,7 @@ class EngineSpec(CrdModel):
     gpu: Annotated[str, StringConstraints(max_length=64)] | None = None
     """The GPU the pods run on, one of the datasheets specops ships: with it, a model the
     profile catalog lacks gets a step-time prior derived from its shape and the GPU."""
-    max_num_seqs: int = Field(default=256, ge=1, le=65536)
+    max_num_seqs: int = Field(default=MAX_NUM_SEQS_DEFAULT, ge=1, le=65536)
     """vLLM --max-num-seqs: the most requests decoded in one batch."""
     max_model_len: int | None = Field(default=None, ge=16, le=16_777_216)
     """vLLM --max-model-len; unset takes the model's own context length."""

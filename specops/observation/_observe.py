@@ -61,7 +61,7 @@ from specops.policy import (
     draft_reach,
     predict,
 )
-from specops.vllm import table_applies
+from specops.vllm import MAX_NUM_SEQS_DEFAULT, table_applies
 
 __all__ = [
     "ObserverConfig",
@@ -93,7 +93,7 @@ class ObserverConfig:
     prediction_window_s: float = 300.0
     stale_after_s: float = 45.0
     max_k: int = 8
-    max_batch: int = 256
+    max_batch: int = MAX_NUM_SEQS_DEFAULT
     method: str = "eagle3"
     context_tokens_per_request: float = 1024.0
     cost_model: StepCostModel | None = None

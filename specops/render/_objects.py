@@ -18,6 +18,7 @@ from specops.api import SpeculativeServiceSpec
 from specops.policy import SpecConfig
 from specops.profiles import PROFILES, PerformanceProfile, find_profile
 from specops.render._speculation import vllm_speculative_config
+from specops.vllm import MAX_NUM_SEQS_DEFAULT
 
 __all__ = [
     "CANARY_LABEL",
@@ -248,7 +249,8 @@ def _sidecar_container(
 ) -> Obj:
     """The sidecar; ``table_config`` is the engine's --speculative-config when it holds a
     per-batch-size table, which the sidecar's acceptance must correct for (passed only
-    then, so a service without a table keeps its pod template)."""
+    then, so a service without a table keeps its pod template). The engine's batch limit
+    is passed, for the same reason, only when it is not the sidecar's default."""
     args = [
         "--engine-url",
         f"http://127.0.0.1:{ENGINE_PORT}",
@@ -282,6 +284,8 @@ def _sidecar_container(
             "--tensor-parallel-size",
             str(spec.engine.tensor_parallel_size),
         ]
+    if spec.engine.max_num_seqs != MAX_NUM_SEQS_DEFAULT:
+        args += ["--max-num-seqs", str(spec.engine.max_num_seqs)]
     if table_config is not None:
         args += ["--speculative-config", table_config]
     return {

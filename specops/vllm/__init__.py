@@ -1,6 +1,7 @@
 """Facts about the pinned vLLM release that specops must match exactly."""
 
 from specops.vllm._args import (
+    MAX_NUM_SEQS_DEFAULT,
     config_file_args,
     flag_key,
     flag_pattern,
@@ -53,6 +54,7 @@ __all__ = [
     "ENGINE_LABELS",
     "ENGINE_METRICS",
     "FINISH_REASONS",
+    "MAX_NUM_SEQS_DEFAULT",
     "METHODS_NEEDING_DRAFT_MODEL",
     "METHODS_REFUSING_DRAFT_MODEL",
     "OTHER_METRICS",

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
+    "MAX_NUM_SEQS_DEFAULT",
     "config_file_args",
     "flag_key",
     "flag_pattern",
@@ -26,6 +27,10 @@ __all__ = [
     "sets_flag",
     "vllm_argv",
 ]
+
+# The --max-num-seqs specops runs the engine with when a spec sets none (vLLM's own default
+# varies with the GPU), and so the batch the sidecar's predictions reach unless told.
+MAX_NUM_SEQS_DEFAULT = 256
 
 # A config file's mapping, read from the path ``--config`` names.
 ReadConfig = Callable[[str], Mapping[str, object]]

@@ -11,6 +11,7 @@ from specops.control import service_model
 from specops.errors import SpecValidationError
 from specops.policy import SpecConfig
 from specops.profiles import get_profile
+from tests.chart.test_container_argv import dry_parse
 from tests.control.observations import pod_observation
 
 NOW = 1000.0
@@ -83,3 +84,10 @@ def test_without_load_there_is_no_recommendation_and_the_reason_says_why() -> No
     assert advice.recommendation is None
     assert "busy load samples" in advice.reason
     assert f"No recommendation: {advice.reason}" in advice_text(advice)
+
+
+@pytest.mark.parametrize("flag", ["--max-num-seqs", "--max-batch"])
+def test_the_batch_limit_is_named_as_vllm_names_it_or_by_its_older_name(flag: str) -> None:
+    argv = ["specops", "advise", "--prometheus-url", "http://prom:9090", "--match", "pod=p-0"]
+    ctx = dry_parse([*argv, flag, "512"])
+    assert ctx.params["max_batch"] == 512

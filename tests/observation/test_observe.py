@@ -118,8 +118,26 @@ def test_prediction_uses_the_policy_at_the_observed_load() -> None:
     assert prediction.mean_batch == 8
     assert all(c.predicted_speedup > 1 for c in prediction.candidates[1:])  # memory-bound at B=8
     assert all(c.crossover_batch is None or c.crossover_batch > 8 for c in prediction.candidates)
-    assert prediction.recommended_k is not None and 1 <= prediction.recommended_k <= 5
-    assert prediction.explanation
+
+
+def test_crossovers_reach_the_engines_batch_limit() -> None:
+    engine = FakeVllm(k=K)
+    engine.load(running=8)
+    snaps = drive(engine, [8] * 10)
+    # A prior under which drafting stops paying past a few hundred requests in a batch.
+    prior = get_profile("llama3.1-70b-h100-tp4").cost_model("eagle3")
+
+    def crossovers(max_batch: int) -> dict[int, int | None]:
+        settings = config(max_batch=max_batch, cost_model=prior)
+        obs = observe(snaps, snaps[-1].timestamp, settings, SOURCE)
+        return {c.k: c.crossover_batch for c in obs.prediction.candidates}
+
+    narrow, wide = crossovers(256), crossovers(1024)
+    assert all(b is None or b <= 256 for b in narrow.values())
+    # A k that still pays at 256 has its crossover found further out, below the wider limit.
+    beyond = [k for k, b in narrow.items() if k > 0 and b is None and wide[k] is not None]
+    assert beyond, (narrow, wide)
+    assert all(256 < (wide[k] or 0) <= 1024 for k in beyond)
 
 
 def test_a_dead_source_turns_estimates_stale_then_unknown() -> None:

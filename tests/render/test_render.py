@@ -44,6 +44,7 @@ from specops.render import (
     vllm_speculative_config,
 )
 from specops.vllm import SpeculativeConfig
+from tests.chart.test_container_argv import dry_parse
 from tests.lab.podrunner.pods import pod_of
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.yaml"
@@ -536,3 +537,19 @@ def test_a_canary_in_status_that_cannot_run_is_not_rendered(
     assert result.canary is None
     assert [o["metadata"]["name"] for o in result.objects if o["kind"] == "Deployment"] == ["llama"]
     assert result.objects[0]["spec"]["replicas"] == replicas
+
+
+def _sidecar_args(objects: list[Any]) -> list[str]:
+    containers = objects[0]["spec"]["template"]["spec"]["containers"]
+    return list(next(c for c in containers if c["name"] == "specops-sidecar")["args"])
+
+
+def test_the_sidecar_predicts_up_to_the_engines_batch_limit() -> None:
+    # The default limit is the sidecar's own default, so its pod template stays as it was.
+    assert "--max-num-seqs" not in _sidecar_args(_render(SPEC))
+    wide = {**SPEC, "engine": {**SPEC["engine"], "maxNumSeqs": 1024}}
+    objects = _render(wide)
+    for args in (_args(objects), _sidecar_args(objects)):  # the engine's and the sidecar's
+        assert args[args.index("--max-num-seqs") + 1] == "1024"
+    sidecar = dry_parse(["specops", "sidecar", *_sidecar_args(objects)])
+    assert sidecar.params["max_num_seqs"] == 1024
