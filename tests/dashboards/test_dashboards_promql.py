@@ -101,13 +101,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     of load and decisions scraped."""
     work = tmp_path_factory.mktemp("stack")
     speculative = {"method": "eagle3", "model": "draft", "num_speculative_tokens": 3}
-    engine_args = ["--model", SERVICE, "--speculative-config", json.dumps(speculative)]
+    # The sidecar is told the engine's batch limit, as the operator tells it, so the
+    # crossovers it measures are sought as far as the engine can batch.
+    batch_limit = ["--max-num-seqs", "1024"]
+    engine_args = [
+        "--model", SERVICE, "--speculative-config", json.dumps(speculative), *batch_limit
+    ]  # fmt: skip
     with running_sim_engine(engine_args, work / "engine.log") as engine:
         sidecar_args = [
             "sidecar", "--source", "direct", "--engine-url", engine,
             "--namespace", NAMESPACE, "--pod", POD, "--service", SERVICE,
             "--scrape-interval", "1", "--window", "10", "--window", "30",
-            "--prediction-window", "10", "--profile", "llama3.1-8b-h100",
+            "--prediction-window", "10", "--profile", "llama3.1-8b-h100", *batch_limit,
         ]  # fmt: skip
         with (
             running_specops(sidecar_args, "/healthz", work / "sidecar.log") as sidecar,
