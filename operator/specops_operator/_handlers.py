@@ -294,8 +294,11 @@ def _seen(memo: kopf.Memo, type_: str | None, body: kopf.Body) -> None:
         cache.keep(body)
 
 
+# The watch handlers that only keep what they saw are coroutines: kopf runs a sync handler on
+# its executor, first in first out, and runs an object's watch handlers before its change
+# handlers, so a sync one would hold a user's edit behind every creation and resync queued.
 @kopf.on.event(*_SERVICE)
-def service_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def service_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Every change of every service into memory: sharded, a replica that gains a service
     reads it there as it is now, not as it was when this replica last handled it."""
     _seen(memo, type, body)
@@ -303,7 +306,7 @@ def service_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -
 
 @kopf.on.event("services", labels=_OWNED)
 @kopf.on.event("poddisruptionbudgets", labels=_OWNED)
-def owned_child_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def owned_child_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An owned Service or PDB changed: the resync reads it from memory."""
     _seen(memo, type, body)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,58 @@ async def test_deployments_are_listed_and_watched_only_with_the_owned_labels(
     assert {r.params.get("labelSelector") for r in reads()} == {
         "app.kubernetes.io/managed-by=specops,specops.io/service"
     }
+
+
+async def test_an_edit_is_rendered_while_every_worker_thread_is_busy(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kopf's worker threads all held by reconciliations (a burst of creations), a user's edit
+    still reaches its Deployment: nothing on the edit's path waits for one of them."""
+    import specops_operator._handlers as handlers
+    from specops_operator._reconcile import reconcile as real
+
+    monkeypatch.setattr(handlers, "_DEFAULT_THREADS", 2)  # kopf's executor: two threads
+    release, held = threading.Event(), threading.Semaphore(0)
+
+    def reconcile(kube: Any, body: Any, *args: Any, **kwargs: Any) -> None:
+        if body["metadata"]["name"].startswith("busy-"):
+            held.release()
+            release.wait(timeout=60)  # a slow creation: held until the edit is checked
+        real(kube, body, *args, **kwargs)
+
+    monkeypatch.setattr(handlers, "reconcile", reconcile)
+    async with run_operator(kmock, tmp_path, monkeypatch):
+        try:
+            await _edited_behind_a_busy_executor(kmock, held)
+        finally:
+            release.set()
+
+
+async def _edited_behind_a_busy_executor(kmock: Any, held: threading.Semaphore) -> None:
+    body = service_body()
+    async with kmock.post(SVC_PATH, json=body) as response:
+        assert response.status in (200, 201)
+    await eventually(lambda: live(kmock, "apps/v1/deployments", "llama") is not None, "Deployment")
+    for i in range(4):  # more creations than threads: two run, two queue
+        busy = service_body()
+        busy["metadata"].update(name=f"busy-{i}", uid=f"uid-busy-{i}")
+        async with kmock.post(SVC_PATH, json=busy) as response:
+            assert response.status in (200, 201)
+    for _ in range(2):  # both threads are held
+        assert await asyncio.to_thread(held.acquire, timeout=30), "the creations never started"
+    changed = copy.deepcopy(body["spec"]["speculation"])
+    changed["mode"] = "Off"
+    async with kmock.patch(
+        f"{SVC_PATH}/llama",
+        json={"metadata": {"generation": 2}, "spec": {"speculation": changed}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    ):
+        pass
+
+    def rendered() -> bool:
+        deployment = live(kmock, "apps/v1/deployments", "llama") or {}
+        containers = deployment["spec"]["template"]["spec"]["containers"]
+        return "--speculative-config" not in containers[0]["args"]
+
+    await eventually(rendered, "the edit rendered while the creations hold every thread")
+    assert live(kmock, "apps/v1/deployments", "busy-3") is None  # they were still held
