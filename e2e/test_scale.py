@@ -41,6 +41,12 @@ def test_a_small_fleet_is_created_edited_taken_over_and_shared_by_sharded_replic
     assert figures.restart_requests >= options.services, table
     assert figures.steady_writes <= figures.steady_requests
     assert figures.rss_peak_mib > 0, table
+    # The creation's cost: each service's Deployment written at least, the operator's CPU a
+    # share of the machine's, and what bound it said.
+    creation = figures.creation
+    assert creation is not None and creation.requests >= options.services, table
+    assert 0 < creation.operator_cpu_s <= creation.machine_cpu_s <= creation.capacity_cpu_s, table
+    assert creation.limit_qps == 50 and "Bound by" in table, table
     # Three replicas took a shard each; a killed one's shard moved about a Lease period
     # later (plus the rounds that saw it, on a machine this test shares), and a service of
     # it was then edited through the new holder. Every service was edited before the kill

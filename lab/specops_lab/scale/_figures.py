@@ -9,13 +9,65 @@ from dataclasses import dataclass
 
 from specops_lab.scale._sharded import ShardRun
 
-__all__ = ["ScaleFigures", "ScaleTargets", "Target", "judge", "nearest_rank", "render_table"]
+__all__ = [
+    "PhaseLoad",
+    "ScaleFigures",
+    "ScaleTargets",
+    "Target",
+    "judge",
+    "nearest_rank",
+    "render_table",
+]
+
+# Shares past which a limit counts as what bound a phase: the client's rate limit, or the
+# machine's CPU (the control plane, kwok's pods and the operator all share it).
+_BOUND_SHARE = 0.85
 
 
 def nearest_rank(values: list[float], q: float) -> float:
     """The ``q`` quantile by nearest rank (p99 of 20 edits is the slowest one)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True)
+class PhaseLoad:
+    """What a phase cost: the operator's requests (audit log), its CPU seconds, the whole
+    machine's busy CPU seconds out of ``capacity_cpu_s`` (cores times the phase's wall time),
+    and the operator's client-side rate limit (None when it has none)."""
+
+    wall_s: float
+    requests: int
+    operator_cpu_s: float
+    machine_cpu_s: float
+    capacity_cpu_s: float
+    limit_qps: float | None
+
+    @property
+    def requests_per_second(self) -> float:
+        return self.requests / self.wall_s if self.wall_s > 0 else 0.0
+
+    def bound_by(self) -> str:
+        """What held the phase back, read from its own figures."""
+        if self.limit_qps and self.requests_per_second >= _BOUND_SHARE * self.limit_qps:
+            return "the operator's client-side rate limit (`operator.kubeQps`)"
+        if self.capacity_cpu_s > 0 and self.machine_cpu_s >= _BOUND_SHARE * self.capacity_cpu_s:
+            share = self.operator_cpu_s / self.machine_cpu_s if self.machine_cpu_s > 0 else 0.0
+            return (
+                f"this machine's CPU ({self.machine_cpu_s / self.capacity_cpu_s:.0%} busy, "
+                f"{share:.0%} of it the operator's; the rest the control plane and the fake pods)"
+            )
+        return "neither the rate limit nor the CPU (waits: the API server's answers, the watches)"
+
+    def line(self, phase: str, services: int) -> str:
+        limit = f"{self.limit_qps:g}/s" if self.limit_qps else "none"
+        return (
+            f"- {phase}: {self.requests} operator requests in {self.wall_s:.1f} s "
+            f"({self.requests / max(services, 1):.1f} per service, "
+            f"{self.requests_per_second:.0f}/s; client limit {limit}); CPU: the operator "
+            f"{self.operator_cpu_s:.0f} s, the machine {self.machine_cpu_s:.0f} of "
+            f"{self.capacity_cpu_s:.0f} s. Bound by {self.bound_by()}."
+        )
 
 
 @dataclass(frozen=True)
@@ -44,6 +96,7 @@ class ScaleFigures:
     restart_requests: int
     memory_limit_mib: float
     shards: ShardRun | None = None  # the sharded phase, when it ran
+    creation: PhaseLoad | None = None  # what the fleet's creation cost, when measured
 
     @property
     def steady_per_service_minute(self) -> float:
@@ -200,6 +253,7 @@ def render_table(figures: ScaleFigures, targets: ScaleTargets, command: str) -> 
         f"{_seconds(figures.burst_created_s)}; {len(figures.edit_latencies_s)} edits, "
         f"p50 {_seconds(p50)}.",
         f"- Restart: {figures.restart_requests} requests until every service was reconciled.",
+        *([figures.creation.line("Creation", figures.services)] if figures.creation else []),
         *(_sharded_lines(figures.shards) if figures.shards is not None else []),
         "",
         "| steady requests | count |",

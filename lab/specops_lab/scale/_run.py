@@ -40,7 +40,7 @@ from specops_lab.launch import (
     operator_kubeconfig,
 )
 from specops_lab.scale._audit import by_kind, parse_audit, within
-from specops_lab.scale._figures import ScaleFigures
+from specops_lab.scale._figures import PhaseLoad, ScaleFigures
 from specops_lab.scale._sharded import ShardRun, overlapping, writers_by_service
 
 __all__ = ["ScaleOptions", "run_scale"]
@@ -134,6 +134,64 @@ class _Rss:
         finally:
             self._stop.set()
             self._thread.join()
+
+
+def _process_cpu_s(pid: int | None) -> float:
+    """A process's user and system CPU seconds (all its threads), 0 when it is gone."""
+    if pid is None:
+        return 0.0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu_s() -> tuple[float, int]:
+    """The machine's busy CPU seconds since boot (every core; idle and I/O wait left out),
+    and its cores, as /proc/stat counts them."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    ticks = [int(v) for v in lines[0].split()[1:]]
+    busy = sum(ticks[:8]) - ticks[3] - ticks[4]  # user..steal, less idle and iowait
+    cores = sum(1 for line in lines if re.match(r"cpu\d+ ", line))
+    return busy / os.sysconf("SC_CLK_TCK"), cores
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """Where a phase started: wall clock (the audit log's), and CPU used so far."""
+
+    at: float
+    operator_cpu_s: float
+    machine_cpu_s: float
+
+    @classmethod
+    def now(cls, pid: int | None) -> _Mark:
+        return cls(time.time(), _process_cpu_s(pid), _machine_cpu_s()[0])
+
+    def load(self, audit: _Audit, pid: int | None, limit_qps: float | None) -> PhaseLoad:
+        """The phase from this mark until now."""
+        end = _Mark.now(pid)
+        wall = end.at - self.at
+        time.sleep(2.0)  # requests answered before the end reach the log late
+        return PhaseLoad(
+            wall_s=wall,
+            requests=len(audit.between(self.at, end.at)),
+            operator_cpu_s=end.operator_cpu_s - self.operator_cpu_s,
+            machine_cpu_s=end.machine_cpu_s - self.machine_cpu_s,
+            capacity_cpu_s=wall * _machine_cpu_s()[1],
+            limit_qps=limit_qps,
+        )
+
+
+def _limit_qps(release: ChartRelease) -> float | None:
+    """The operator's client-side rate limit as the chart sets it (None: no limit)."""
+    for arg in release.operator_args:
+        if arg.startswith("--kube-qps="):
+            qps = float(arg.split("=", 1)[1])
+            return qps if qps > 0 else None
+    return None
 
 
 def _asks_for(deployment: dict[str, Any], memory: str) -> bool:
@@ -542,9 +600,10 @@ def _phases(
     operator = _operator(identity, release, work / "operator.log", rss, 120.0)
     try:
         progress(f"creating {options.services} services")
-        started = time.monotonic()
+        started, mark = time.monotonic(), _Mark.now(rss.pid)
         fleet.create(range(options.services))
         created = fleet.wait_for(options.services, started, started + options.timeout_s)
+        creation = mark.load(audit, rss.pid, _limit_qps(release))
         progress("settling: waiting until the fleet's pods run and each service has decided")
         pods = options.services * options.pods_per_service
         fleet.settle(options.services, pods, time.monotonic() + options.timeout_s, _QUIET_S)
@@ -591,6 +650,7 @@ def _phases(
         restart_requests=restart_requests,
         memory_limit_mib=_chart_limit(release),
         shards=sharded,
+        creation=creation,
     )
 
 
