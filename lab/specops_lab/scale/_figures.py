@@ -32,24 +32,30 @@ def nearest_rank(values: list[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class PhaseLoad:
-    """What a phase cost: the operator's requests (audit log), its CPU seconds, the whole
-    machine's busy CPU seconds out of ``capacity_cpu_s`` (cores times the phase's wall time),
-    and the operator's client-side rate limit (None when it has none)."""
+    """What a phase cost: the operator's requests (audit log), those of them its own client
+    sent (``limited``: the rate limit applies to these, not to kopf's watches, patches and
+    Events), its CPU seconds, the whole machine's busy CPU seconds out of ``capacity_cpu_s``
+    (cores times the phase's wall time), and the client's rate limit (None when none) with
+    the burst it lets through at once."""
 
     wall_s: float
     requests: int
+    limited: int
     operator_cpu_s: float
     machine_cpu_s: float
     capacity_cpu_s: float
     limit_qps: float | None
+    limit_burst: int = 0
 
     @property
-    def requests_per_second(self) -> float:
-        return self.requests / self.wall_s if self.wall_s > 0 else 0.0
+    def limited_per_second(self) -> float:
+        return self.limited / self.wall_s if self.wall_s > 0 else 0.0
 
     def bound_by(self) -> str:
-        """What held the phase back, read from its own figures."""
-        if self.limit_qps and self.requests_per_second >= _BOUND_SHARE * self.limit_qps:
+        """What held the phase back, read from its own figures: the rate limit when the
+        client sent near what it lets through (its burst, then its rate), else the CPU."""
+        allowed = self.limit_burst + (self.limit_qps or 0.0) * self.wall_s
+        if self.limit_qps and self.limited >= _BOUND_SHARE * allowed:
             return "the operator's client-side rate limit (`operator.kubeQps`)"
         if self.capacity_cpu_s > 0 and self.machine_cpu_s >= _BOUND_SHARE * self.capacity_cpu_s:
             share = self.operator_cpu_s / self.machine_cpu_s if self.machine_cpu_s > 0 else 0.0
@@ -60,11 +66,12 @@ class PhaseLoad:
         return "neither the rate limit nor the CPU (waits: the API server's answers, the watches)"
 
     def line(self, phase: str, services: int) -> str:
-        limit = f"{self.limit_qps:g}/s" if self.limit_qps else "none"
+        limit = f"{self.limit_qps:g}/s (burst {self.limit_burst})" if self.limit_qps else "none"
         return (
             f"- {phase}: {self.requests} operator requests in {self.wall_s:.1f} s "
-            f"({self.requests / max(services, 1):.1f} per service, "
-            f"{self.requests_per_second:.0f}/s; client limit {limit}); CPU: the operator "
+            f"({self.requests / max(services, 1):.1f} per service); {self.limited} through "
+            f"its own client, {self.limited_per_second:.0f}/s against its limit of {limit} "
+            "(kopf's own requests are not limited); CPU: the operator "
             f"{self.operator_cpu_s:.0f} s, the machine {self.machine_cpu_s:.0f} of "
             f"{self.capacity_cpu_s:.0f} s. Bound by {self.bound_by()}."
         )

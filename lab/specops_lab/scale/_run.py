@@ -55,6 +55,8 @@ _HANDLED = "Handler 'service_changed' succeeded"
 _LOCAL_ARGS = ("--liveness", "--metrics-port")
 # The chart's sharding arguments: the single-operator phases run without them.
 _SHARD_ARGS = "--shard"
+# The User-Agent of kopf's own client (watches, its patches, Events): not rate-limited.
+_KOPF_AGENT = "kopf/"
 
 Progress = Callable[[str], None]
 
@@ -170,28 +172,30 @@ class _Mark:
     def now(cls, pid: int | None) -> _Mark:
         return cls(time.time(), _process_cpu_s(pid), _machine_cpu_s()[0])
 
-    def load(self, audit: _Audit, pid: int | None, limit_qps: float | None) -> PhaseLoad:
+    def load(self, audit: _Audit, pid: int | None, limit: tuple[float | None, int]) -> PhaseLoad:
         """The phase from this mark until now."""
         end = _Mark.now(pid)
         wall = end.at - self.at
         time.sleep(2.0)  # requests answered before the end reach the log late
+        requests = audit.between(self.at, end.at)
         return PhaseLoad(
             wall_s=wall,
-            requests=len(audit.between(self.at, end.at)),
+            requests=len(requests),
+            limited=sum(1 for r in requests if not r.agent.startswith(_KOPF_AGENT)),
             operator_cpu_s=end.operator_cpu_s - self.operator_cpu_s,
             machine_cpu_s=end.machine_cpu_s - self.machine_cpu_s,
             capacity_cpu_s=wall * _machine_cpu_s()[1],
-            limit_qps=limit_qps,
+            limit_qps=limit[0],
+            limit_burst=limit[1],
         )
 
 
-def _limit_qps(release: ChartRelease) -> float | None:
-    """The operator's client-side rate limit as the chart sets it (None: no limit)."""
-    for arg in release.operator_args:
-        if arg.startswith("--kube-qps="):
-            qps = float(arg.split("=", 1)[1])
-            return qps if qps > 0 else None
-    return None
+def _limit(release: ChartRelease) -> tuple[float | None, int]:
+    """The operator's client-side rate limit as the chart sets it (None: no limit), and its
+    burst."""
+    values = dict(a.split("=", 1) for a in release.operator_args if a.startswith("--kube-"))
+    qps = float(values.get("--kube-qps", "0"))
+    return (qps if qps > 0 else None), int(values.get("--kube-burst", "0"))
 
 
 def _asks_for(deployment: dict[str, Any], memory: str) -> bool:
@@ -220,15 +224,18 @@ class _Fleet:
         with ThreadPoolExecutor(self._options.creators) as pool:
             list(pool.map(one, indices))
 
-    def shard(self, index: int, shards: int) -> int:
-        """The shard of service ``index``, by its uid as the operator hashes it."""
-        found = cast(
+    def shards(self, shards: int) -> dict[int, int]:
+        """The shard of each service by its index, by its uid as the operator hashes it."""
+        listed = cast(
             dict[str, Any],
-            self._custom.get_namespaced_custom_object(
-                "specops.io", "v1alpha1", _NAMESPACE, "speculativeservices", f"svc-{index}"
+            self._custom.list_namespaced_custom_object(
+                "specops.io", "v1alpha1", _NAMESPACE, "speculativeservices"
             ),
         )
-        return shard_of(found["metadata"]["uid"], shards)
+        return {
+            int(s["metadata"]["name"].removeprefix("svc-")): shard_of(s["metadata"]["uid"], shards)
+            for s in listed["items"]
+        }
 
     def deployments(self) -> int:
         listed = self._apps.list_namespaced_deployment(
@@ -422,6 +429,10 @@ def _sharded(
         # Every service edited: each replica writes the services of its shards.
         edited = settled is not None and fleet.edit_all(total, "47Gi", deadline)
         if edited:
+            # The first replica is killed: it held every shard before the others came and
+            # handed them theirs, so no survivor gets back a shard it once held, and a
+            # service written by one replica, another, then the first again is two replicas
+            # acting at once (see overlapping), not two handovers.
             victim = names[0]
             lost = {s for s, holder in leases.holders().items() if holder == victim}
             replicas[0].kill()
@@ -429,9 +440,10 @@ def _sharded(
             moved = _poll(
                 lambda: _fair(leases.holders(), shards, names[1:]), killed, killed + 120.0
             )
-            index = next(
-                (i for i in range(options.services) if fleet.shard(i, shards) in lost), None
-            )
+            # A service of a moved shard, from the whole fleet (a few services may all
+            # hash elsewhere).
+            of_service = fleet.shards(shards)
+            index = next((i for i, s in sorted(of_service.items()) if s in lost), None)
             if moved is not None and index is not None:
                 edit = fleet.edit(index, "48Gi", timeout_s=60.0)
                 # And every service again, now by the replicas left.
@@ -603,7 +615,7 @@ def _phases(
         started, mark = time.monotonic(), _Mark.now(rss.pid)
         fleet.create(range(options.services))
         created = fleet.wait_for(options.services, started, started + options.timeout_s)
-        creation = mark.load(audit, rss.pid, _limit_qps(release))
+        creation = mark.load(audit, rss.pid, _limit(release))
         progress("settling: waiting until the fleet's pods run and each service has decided")
         pods = options.services * options.pods_per_service
         fleet.settle(options.services, pods, time.monotonic() + options.timeout_s, _QUIET_S)

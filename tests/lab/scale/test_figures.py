@@ -69,24 +69,28 @@ def test_the_table_names_the_command_and_each_verdict() -> None:
 
 LOAD = PhaseLoad(
     wall_s=100.0,
-    requests=2000,
+    requests=3000,
+    limited=2000,
     operator_cpu_s=40.0,
     machine_cpu_s=120.0,
     capacity_cpu_s=200.0,
     limit_qps=50.0,
+    limit_burst=100,
 )
 
 
 def test_a_phase_sending_near_its_rate_limit_is_bound_by_it() -> None:
-    limited = replace(LOAD, requests=4500)  # 45/s of 50/s
+    limited = replace(LOAD, limited=4500)  # 4500 of the 5100 it lets through in 100 s
     assert "kubeQps" in limited.bound_by()
+    short = replace(LOAD, wall_s=1.0, limited=60)  # 60/s, but the burst lets 150 through
+    assert "kubeQps" not in short.bound_by()
     assert "kubeQps" not in LOAD.bound_by()  # 20/s of 50/s, the CPU 60 % busy
 
 
 def test_a_phase_on_a_saturated_machine_names_the_operators_share() -> None:
     saturated = replace(LOAD, machine_cpu_s=190.0, operator_cpu_s=38.0)
     assert saturated.bound_by().startswith("this machine's CPU (95% busy, 20% of it the operator's")
-    unlimited = replace(saturated, requests=9000, limit_qps=None)  # 90/s, no limit to bind
+    unlimited = replace(saturated, limited=9000, limit_qps=None)  # 90/s, no limit to bind
     assert "CPU" in unlimited.bound_by()
 
 
@@ -97,6 +101,9 @@ def test_a_phase_bound_by_neither_says_so() -> None:
 def test_the_table_says_what_the_creation_cost_and_what_bound_it() -> None:
     table = render_table(replace(FIGURES, creation=LOAD), ScaleTargets(), "specops scale")
     (line,) = [row for row in table.splitlines() if row.startswith("- Creation:")]
-    assert "2000 operator requests in 100.0 s (20.0 per service, 20/s; client limit 50/s)" in line
+    assert (
+        "3000 operator requests in 100.0 s (30.0 per service); 2000 through its own client" in line
+    )
+    assert "20/s against its limit of 50/s (burst 100)" in line
     assert "the operator 40 s, the machine 120 of 200 s" in line
     assert "- Creation:" not in render_table(FIGURES, ScaleTargets(), "specops scale")
