@@ -206,8 +206,8 @@ async def _drift_reverted(kmock: Any, settled: int) -> None:
     ]
 
 
-async def _spec_change_rendered(kmock: Any, body: dict[str, Any]) -> None:
-    # A spec change re-renders the Deployment (a rolling update with maxUnavailable 0).
+async def _turn_speculation_off(kmock: Any, body: dict[str, Any]) -> None:
+    """A user's edit of the spec: speculation off, generation 2."""
     changed = copy.deepcopy(body["spec"]["speculation"])
     changed["mode"] = "Off"
     async with kmock.patch(
@@ -216,15 +216,19 @@ async def _spec_change_rendered(kmock: Any, body: dict[str, Any]) -> None:
         headers={"Content-Type": "application/merge-patch+json"},
     ):
         pass
-    await eventually(
-        lambda: (
-            "--speculative-config"
-            not in (live(kmock, "apps/v1/deployments", "llama") or {})["spec"]["template"]["spec"][
-                "containers"
-            ][0]["args"]
-        ),
-        "speculation turned off",
-    )
+
+
+def _rendered_off(kmock: Any) -> bool:
+    """Whether the Deployment runs the engine without speculation."""
+    deployment = live(kmock, "apps/v1/deployments", "llama") or {}
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return "--speculative-config" not in containers[0]["args"]
+
+
+async def _spec_change_rendered(kmock: Any, body: dict[str, Any]) -> None:
+    # A spec change re-renders the Deployment (a rolling update with maxUnavailable 0).
+    await _turn_speculation_off(kmock, body)
+    await eventually(lambda: _rendered_off(kmock), "speculation turned off")
     await eventually(
         lambda: (
             (live(kmock, "specops.io/v1alpha1/speculativeservices", "llama") or {})["status"][
@@ -348,19 +352,8 @@ async def _edited_behind_a_busy_executor(kmock: Any, held: threading.Semaphore) 
             assert response.status in (200, 201)
     for _ in range(2):  # both threads are held
         assert await asyncio.to_thread(held.acquire, timeout=30), "the creations never started"
-    changed = copy.deepcopy(body["spec"]["speculation"])
-    changed["mode"] = "Off"
-    async with kmock.patch(
-        f"{SVC_PATH}/llama",
-        json={"metadata": {"generation": 2}, "spec": {"speculation": changed}},
-        headers={"Content-Type": "application/merge-patch+json"},
-    ):
-        pass
-
-    def rendered() -> bool:
-        deployment = live(kmock, "apps/v1/deployments", "llama") or {}
-        containers = deployment["spec"]["template"]["spec"]["containers"]
-        return "--speculative-config" not in containers[0]["args"]
-
-    await eventually(rendered, "the edit rendered while the creations hold every thread")
+    await _turn_speculation_off(kmock, body)
+    await eventually(
+        lambda: _rendered_off(kmock), "the edit rendered while the creations hold every thread"
+    )
     assert live(kmock, "apps/v1/deployments", "busy-3") is None  # they were still held
