@@ -162,15 +162,16 @@ def _machine_cpu_s() -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class _Mark:
-    """Where a phase started: wall clock (the audit log's), and CPU used so far."""
+    """Where a phase started: wall clock (the audit log's), CPU used so far, and the cores."""
 
     at: float
     operator_cpu_s: float
     machine_cpu_s: float
+    cores: int
 
     @classmethod
     def now(cls, pid: int | None) -> _Mark:
-        return cls(time.time(), _process_cpu_s(pid), _machine_cpu_s()[0])
+        return cls(time.time(), _process_cpu_s(pid), *_machine_cpu_s())
 
     def load(self, audit: _Audit, pid: int | None, limit: tuple[float | None, int]) -> PhaseLoad:
         """The phase from this mark until now."""
@@ -184,7 +185,7 @@ class _Mark:
             limited=sum(1 for r in requests if not r.agent.startswith(_KOPF_AGENT)),
             operator_cpu_s=end.operator_cpu_s - self.operator_cpu_s,
             machine_cpu_s=end.machine_cpu_s - self.machine_cpu_s,
-            capacity_cpu_s=wall * _machine_cpu_s()[1],
+            capacity_cpu_s=wall * end.cores,
             limit_qps=limit[0],
             limit_burst=limit[1],
         )
