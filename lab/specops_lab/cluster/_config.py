@@ -510,7 +510,7 @@ def node_pod_cidr(index: int) -> str:
 
 def fake_node(name: str, gpus: int, pod_cidr: str) -> dict[str, Any]:
     """A kwok-managed Node whose pods get IPs from ``pod_cidr``; with ``gpus`` > 0 it looks
-    like an 8-way GPU box and is tainted."""
+    like a GPU box (8-way by default, CPU and memory in proportion) and is tainted."""
     key, value = KWOK_NODE_ANNOTATION
     labels = {
         "type": "kwok",
@@ -518,7 +518,14 @@ def fake_node(name: str, gpus: int, pod_cidr: str) -> dict[str, Any]:
         "kubernetes.io/os": "linux",
         "kubernetes.io/hostname": name,
     }
-    resources = {"cpu": "96", "memory": "1Ti", "pods": "110", "ephemeral-storage": "2Ti"}
+    # An H100 box's share of the host per GPU (12 cores, 128 GiB), and room for its pods: a
+    # node given more GPUs than a real box (to carry a large fleet) is not short of the rest.
+    resources = {
+        "cpu": str(max(96, 12 * gpus)),
+        "memory": f"{max(1024, 128 * gpus)}Gi",
+        "pods": str(max(110, gpus + 16)),
+        "ephemeral-storage": "2Ti",
+    }
     spec: dict[str, Any] = {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
     if gpus > 0:
         labels |= {
