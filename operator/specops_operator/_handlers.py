@@ -28,6 +28,7 @@ from specops_operator._cache import (
     WatchCache,
 )
 from specops_operator._control import ControlLoopOptions, control_tick, forget_decisions
+from specops_operator._diffbase import HeldDiffBase, LeanDiffBase
 from specops_operator._fetch import Observer, matching, pod_view
 from specops_operator._kube import (
     DISCOVERY_REFRESH_S,
@@ -93,8 +94,9 @@ def _configure(
             user_agent=f"{FIELD_MANAGER}-operator/{shards.identity}" if shards else None,
         )
     memo.keeper = None if shards is None else ShardKeeper(memo.kube, shards)
-    if memo.keeper is not None:
-        settings.persistence.diffbase_storage = _HeldDiffBase(memo.keeper)
+    settings.persistence.diffbase_storage = (
+        LeanDiffBase() if memo.keeper is None else HeldDiffBase(memo.keeper)
+    )
     if getattr(memo, "pods", None) is None:
         memo.pods = OwnedPods()
     if getattr(memo, "options", None) is None:
@@ -123,20 +125,6 @@ def _own_crd(memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any
         logger.warning("could not update the SpeculativeService CRD (serving it as it is): %s", exc)
         return
     logger.info("SpeculativeService CRD applied at this operator's schema")
-
-
-class _HeldDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """kopf's record of the spec last handled, written only by the replica that holds the
-    service: another replica's write would make the holder's kopf see the edit as handled
-    (its events batched) before the holder rendered it."""
-
-    def __init__(self, keeper: ShardKeeper) -> None:
-        super().__init__()
-        self._keeper = keeper
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        if self._keeper.holds(body.metadata.uid or ""):
-            super().store(body=body, patch=patch, essence=essence)
 
 
 @kopf.on.startup()  # after _configure: kopf runs the startup handlers in their order
