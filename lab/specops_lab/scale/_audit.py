@@ -28,6 +28,7 @@ class AuditRequest:
     name: str
     code: int
     agent: str = ""  # the client's User-Agent: which operator replica sent it
+    done: float | None = None  # when the API server answered it (its stage's timestamp)
 
     @property
     def writes(self) -> bool:
@@ -60,6 +61,7 @@ def parse_audit(lines: Iterable[str]) -> Iterator[AuditRequest]:
             name=ref.get("name", ""),
             code=int((event.get("responseStatus") or {}).get("code", 0)),
             agent=event.get("userAgent", ""),
+            done=_epoch(event["stageTimestamp"]) if event.get("stageTimestamp") else None,
         )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from specops_lab.scale._sharded import ShardRun
 
 __all__ = [
+    "EditPath",
     "PhaseLoad",
     "ScaleFigures",
     "ScaleTargets",
@@ -78,6 +79,34 @@ class PhaseLoad:
 
 
 @dataclass(frozen=True)
+class EditPath:
+    """Where one edit's time went, on one clock (this machine's): the admin's PATCH of the
+    service until the API server answered it; then until the operator's apply of that
+    service's Deployment reached the API server (the watch delivering the edit, kopf's queue,
+    the render, the rate limit); the API server's answer to that apply (both from its audit
+    log); the rest until the benchmark's next read saw the Deployment carry the edit."""
+
+    service: str
+    total_s: float
+    patched_s: float
+    until_sent_s: float
+    answered_s: float
+
+    @property
+    def seen_s(self) -> float:
+        return max(0.0, self.total_s - self.patched_s - self.until_sent_s - self.answered_s)
+
+    def line(self, which: str) -> str:
+        return (
+            f"- {which} ({self.service}, {self.total_s:.1f} s): the API server took "
+            f"{self.patched_s:.1f} s to take the edit; {self.until_sent_s:.1f} s more until the "
+            "operator's apply of its Deployment reached the API server (the watch's delivery, "
+            f"kopf's queue, the render); {self.answered_s:.1f} s for the API server to answer "
+            f"that apply; {self.seen_s:.1f} s until the benchmark's read saw it."
+        )
+
+
+@dataclass(frozen=True)
 class ScaleFigures:
     """One run's measurements. Times are wall seconds on this machine; request counts come
     from the API server's audit log, for the operator's ServiceAccount alone.
@@ -104,6 +133,8 @@ class ScaleFigures:
     memory_limit_mib: float
     shards: ShardRun | None = None  # the sharded phase, when it ran
     creation: PhaseLoad | None = None  # what the fleet's creation cost, when measured
+    burst: PhaseLoad | None = None  # what the burst of creations with edits cost
+    slowest_edit: EditPath | None = None  # where the slowest edit's time went
 
     @property
     def steady_per_service_minute(self) -> float:
@@ -261,6 +292,8 @@ def render_table(figures: ScaleFigures, targets: ScaleTargets, command: str) -> 
         f"p50 {_seconds(p50)}.",
         f"- Restart: {figures.restart_requests} requests until every service was reconciled.",
         *([figures.creation.line("Creation", figures.services)] if figures.creation else []),
+        *([figures.burst.line("The burst", figures.burst_services)] if figures.burst else []),
+        *([figures.slowest_edit.line("The edit at p99")] if figures.slowest_edit else []),
         *(_sharded_lines(figures.shards) if figures.shards is not None else []),
         "",
         "| steady requests | count |",

@@ -39,8 +39,8 @@ from specops_lab.launch import (
     installed_chart,
     operator_kubeconfig,
 )
-from specops_lab.scale._audit import by_kind, parse_audit, within
-from specops_lab.scale._figures import PhaseLoad, ScaleFigures
+from specops_lab.scale._audit import AuditRequest, by_kind, parse_audit, within
+from specops_lab.scale._figures import EditPath, PhaseLoad, ScaleFigures, nearest_rank
 from specops_lab.scale._sharded import ShardRun, overlapping, writers_by_service
 
 __all__ = ["ScaleOptions", "run_scale"]
@@ -55,6 +55,9 @@ _HANDLED = "Handler 'service_changed' succeeded"
 _LOCAL_ARGS = ("--liveness", "--metrics-port")
 # The chart's sharding arguments: the single-operator phases run without them.
 _SHARD_ARGS = "--shard"
+_MANAGED = "app.kubernetes.io/managed-by=specops"
+# A list of the objects' metadata only: what a count needs, a small share of the bytes.
+_METADATA_ONLY = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}
 # The User-Agent of kopf's own client (watches, its patches, Events): not rate-limited.
 _KOPF_AGENT = "kopf/"
 
@@ -238,29 +241,45 @@ class _Fleet:
             for s in listed["items"]
         }
 
+    def _listed(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """A list's items as plain JSON: the benchmark polls a fleet of thousands of objects,
+        and turning each answer into the client's models would take a share of the CPU it
+        measures."""
+        response = call(*args, _preload_content=False, **kwargs)
+        return cast(list[Any], json.loads(response.data)["items"])
+
     def deployments(self) -> int:
-        listed = self._apps.list_namespaced_deployment(
-            _NAMESPACE, label_selector="app.kubernetes.io/managed-by=specops"
+        return len(self._deployments(_METADATA_ONLY))
+
+    def _deployments(self, headers: dict[str, str] | None = None) -> list[Any]:
+        return self._listed(
+            self._apps.list_namespaced_deployment,
+            _NAMESPACE,
+            label_selector=_MANAGED,
+            _headers=headers,
         )
-        return len(listed.items)
 
     def running_pods(self) -> int:
-        listed = client.CoreV1Api(self._api).list_namespaced_pod(
-            _NAMESPACE,
-            label_selector="app.kubernetes.io/managed-by=specops",
-            field_selector="status.phase=Running",
+        return len(
+            self._listed(
+                client.CoreV1Api(self._api).list_namespaced_pod,
+                _NAMESPACE,
+                label_selector=_MANAGED,
+                field_selector="status.phase=Running",
+                _headers=_METADATA_ONLY,
+            )
         )
-        return len(listed.items)
 
     def decided(self) -> int:
         """The services whose control loop has made its first decision."""
-        listed = cast(
-            dict[str, Any],
-            self._custom.list_namespaced_custom_object(
-                "specops.io", "v1alpha1", _NAMESPACE, "speculativeservices"
-            ),
+        listed = self._listed(
+            self._custom.list_namespaced_custom_object,
+            "specops.io",
+            "v1alpha1",
+            _NAMESPACE,
+            "speculativeservices",
         )
-        return len([s for s in listed["items"] if (s.get("status") or {}).get("lastDecision")])
+        return len([s for s in listed if (s.get("status") or {}).get("lastDecision")])
 
     def settle(self, services: int, pods: int, deadline: float, quiet_s: float) -> None:
         """Wait until ``pods`` pods run (kwok's nodes start them), every service has decided
@@ -299,26 +318,58 @@ class _Fleet:
 
     def _carrying(self, memory: str) -> int:
         """The Deployments whose containers ask for ``memory``."""
-        listed = self._apps.list_namespaced_deployment(
-            _NAMESPACE, label_selector="app.kubernetes.io/managed-by=specops"
-        )
-        plain = self._api.sanitize_for_serialization(listed)  # type: ignore[no-untyped-call]
-        return sum(1 for d in plain["items"] if _asks_for(d, memory))
+        return sum(1 for d in self._deployments() if _asks_for(d, memory))
 
-    def edit(self, index: int, memory: str, timeout_s: float) -> float | None:
-        """Change one service's memory request; seconds until its Deployment carries it."""
+    def edit(self, index: int, memory: str, timeout_s: float) -> _Edit | None:
+        """Change one service's memory request; when it was sent, answered and seen carried
+        by its Deployment (None: not within ``timeout_s``)."""
         patch = {"spec": {"engine": {"resources": {"requests": {"memory": memory}}}}}
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         self._custom.patch_namespaced_custom_object(
             "specops.io", "v1alpha1", _NAMESPACE, "speculativeservices", f"svc-{index}", patch
         )
+        patched = time.monotonic() - started
         while time.monotonic() - started < timeout_s:
             read = self._apps.read_namespaced_deployment(f"svc-{index}", _NAMESPACE)
             deployment = self._api.sanitize_for_serialization(read)  # type: ignore[no-untyped-call]
             if _asks_for(deployment, memory):
-                return time.monotonic() - started
+                return _Edit(f"svc-{index}", wall, patched, time.monotonic() - started)
             time.sleep(0.05)
         return None
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """One timed edit: the service, when it was sent (wall clock, the audit log's), and
+    seconds until the API server answered it and until its Deployment carried it."""
+
+    service: str
+    sent_at: float
+    patched_s: float
+    seen_s: float
+
+    def path(self, requests: list[AuditRequest]) -> EditPath | None:
+        """Where its time went, by the operator's first write of the service's Deployment
+        after it was sent (None when the audit log holds none)."""
+        applies = [
+            r
+            for r in requests
+            if r.resource == "deployments"
+            and r.name == self.service
+            and r.writes
+            and r.at >= self.sent_at
+        ]
+        if not applies:
+            return None
+        first = min(applies, key=lambda r: r.at)
+        received = first.at - self.sent_at
+        return EditPath(
+            service=self.service,
+            total_s=self.seen_s,
+            patched_s=self.patched_s,
+            until_sent_s=max(0.0, received - self.patched_s),
+            answered_s=(first.done or first.at) - first.at,
+        )
 
 
 class _Audit:
@@ -329,7 +380,7 @@ class _Audit:
         self.user = f"system:serviceaccount:{namespace}:{name}"
         self._log = RunFiles(info.run_dir).audit_log
 
-    def between(self, start: float, end: float) -> list[Any]:
+    def between(self, start: float, end: float) -> list[AuditRequest]:
         with self._log.open(errors="replace") as lines:
             return within(parse_audit(lines), self.user, start, end)
 
@@ -446,7 +497,8 @@ def _sharded(
             of_service = fleet.shards(shards)
             index = next((i for i, s in sorted(of_service.items()) if s in lost), None)
             if moved is not None and index is not None:
-                edit = fleet.edit(index, "48Gi", timeout_s=60.0)
+                timed = fleet.edit(index, "48Gi", timeout_s=60.0)
+                edit = timed.seen_s if timed is not None else None
                 # And every service again, now by the replicas left.
                 edited = fleet.edit_all(total, "46Gi", time.monotonic() + options.timeout_s)
     finally:
@@ -495,7 +547,7 @@ def _steady(audit: _Audit, options: ScaleOptions, progress: Progress) -> tuple[l
 
 def _burst_with_edits(
     fleet: _Fleet, options: ScaleOptions, deadline: float, progress: Progress
-) -> tuple[float | None, list[float], int]:
+) -> tuple[float | None, list[_Edit], int]:
     """Create ``burst`` more services while editing the first ones, one edit at a time."""
     progress(f"burst: creating {options.burst} more services while editing existing ones")
     total = options.services + options.burst
@@ -504,22 +556,22 @@ def _burst_with_edits(
         target=fleet.create, args=(range(options.services, total),), daemon=True
     )
     creating.start()
-    latencies: list[float] = []
+    edits: list[_Edit] = []
     lost = 0
     for edit in range(options.edits):
         # The burst lasts until the operator has made every Deployment of it, not only
         # until the last creation was sent: its queue is full until then.
         if edit > 0 and not creating.is_alive() and fleet.deployments() >= total:
             break
-        latency = fleet.edit(edit % options.services, f"{40 + edit % 50}Gi", timeout_s=60.0)
-        if latency is None:
+        timed = fleet.edit(edit % options.services, f"{40 + edit % 50}Gi", timeout_s=60.0)
+        if timed is None:
             lost += 1
         else:
-            latencies.append(latency)
+            edits.append(timed)
         time.sleep(0.2)
     creating.join()
     created = fleet.wait_for(total, started, deadline)
-    return created, latencies, lost
+    return created, edits, lost
 
 
 def _restart(
@@ -622,9 +674,12 @@ def _phases(
         fleet.settle(options.services, pods, time.monotonic() + options.timeout_s, _QUIET_S)
         steady, window = _steady(audit, options, progress)
         steady_rss = rss.last_mib
-        burst_created, latencies, lost = _burst_with_edits(
+        mark = _Mark.now(rss.pid)
+        burst_created, edits, lost = _burst_with_edits(
             fleet, options, time.monotonic() + options.timeout_s, progress
         )
+        burst = mark.load(audit, rss.pid, _limit(release))
+        slowest = _at_p99(edits, audit.between(mark.at, time.time()))
         operator, converged, restart_requests = _restart(
             audit,
             identity,
@@ -657,14 +712,24 @@ def _phases(
         rss_steady_mib=steady_rss,
         burst_services=options.burst,
         burst_created_s=burst_created,
-        edit_latencies_s=tuple(latencies),
+        edit_latencies_s=tuple(e.seen_s for e in edits),
         edits_lost=lost,
         restart_converged_s=converged,
         restart_requests=restart_requests,
         memory_limit_mib=_chart_limit(release),
         shards=sharded,
         creation=creation,
+        burst=burst,
+        slowest_edit=slowest,
     )
+
+
+def _at_p99(edits: list[_Edit], requests: list[AuditRequest]) -> EditPath | None:
+    """Where the time of the edit at the p99 went (None without edits or its apply)."""
+    if not edits:
+        return None
+    p99 = nearest_rank([e.seen_s for e in edits], 0.99)
+    return next(e for e in edits if e.seen_s == p99).path(requests)
 
 
 def _chart_limit(release: ChartRelease) -> float:

@@ -6,6 +6,7 @@ import json
 
 from specops_lab.scale import parse_audit
 from specops_lab.scale._audit import by_kind, within
+from specops_lab.scale._run import _Edit
 
 OPERATOR = "system:serviceaccount:specops:specops"
 
@@ -18,8 +19,10 @@ def _event(
     user: str = OPERATOR,
     stage: str = "ResponseComplete",
     subresource: str | None = None,
+    done: str | None = None,
+    name: str = "svc-1",
 ) -> str:
-    ref = {"resource": resource, "namespace": "fleet", "name": "svc-1"}
+    ref = {"resource": resource, "namespace": "fleet", "name": name}
     if subresource:
         ref["subresource"] = subresource
     return json.dumps(
@@ -31,6 +34,7 @@ def _event(
             "objectRef": ref,
             "requestReceivedTimestamp": at,
             "responseStatus": {"code": 200},
+            **({"stageTimestamp": done} if done else {}),
         }
     )
 
@@ -64,3 +68,30 @@ def test_a_window_keeps_one_users_requests_and_counts_them_by_kind() -> None:
     kept = within(requests, OPERATOR, start, start + 10.0)
     assert len(kept) == 3
     assert by_kind(kept) == [("get deployments", 2), ("list pods", 1)]
+
+
+def test_an_edits_time_is_split_at_the_operators_first_apply_of_its_deployment() -> None:
+    lines = [
+        _event("get", "deployments", at="2026-12-02T10:00:00.600000Z", name="svc-7"),
+        _event("patch", "deployments", at="2026-12-02T10:00:00.700000Z", name="svc-8"),
+        _event(
+            "patch",
+            "deployments",
+            at="2026-12-02T10:00:00.900000Z",
+            done="2026-12-02T10:00:01.200000Z",
+            name="svc-7",
+        ),
+        _event("patch", "deployments", at="2026-12-02T10:00:01.500000Z", name="svc-7"),
+    ]
+    requests = list(parse_audit(lines))
+    sent = requests[0].at - 0.5  # the admin's PATCH left at 10:00:00.1
+    path = _Edit("svc-7", sent_at=sent, patched_s=0.2, seen_s=1.3).path(requests)
+    assert path is not None
+    # 0.2 s to take the edit, 0.6 s more until the apply arrived, 0.3 s for its answer.
+    assert (path.patched_s, round(path.until_sent_s, 3), round(path.answered_s, 3)) == (
+        0.2,
+        0.6,
+        0.3,
+    )
+    assert round(path.seen_s, 3) == 0.2
+    assert _Edit("svc-9", sent_at=sent, patched_s=0.2, seen_s=1.3).path(requests) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specops_lab.scale import ScaleFigures, ScaleTargets, judge, render_table
-from specops_lab.scale._figures import PhaseLoad, nearest_rank
+from specops_lab.scale._figures import EditPath, PhaseLoad, nearest_rank
 
 FIGURES = ScaleFigures(
     services=100,
@@ -107,3 +107,14 @@ def test_the_table_says_what_the_creation_cost_and_what_bound_it() -> None:
     assert "20/s against its limit of 50/s (burst 100)" in line
     assert "the operator 40 s, the machine 120 of 200 s" in line
     assert "- Creation:" not in render_table(FIGURES, ScaleTargets(), "specops scale")
+
+
+def test_the_table_says_what_the_burst_cost_and_where_the_p99_edits_time_went() -> None:
+    path = EditPath("svc-3", total_s=2.3, patched_s=0.4, until_sent_s=1.5, answered_s=0.3)
+    figures = replace(FIGURES, burst=LOAD, slowest_edit=path)
+    table = render_table(figures, ScaleTargets(), "specops scale")
+    (burst,) = [row for row in table.splitlines() if row.startswith("- The burst: 3000")]
+    assert "(10.0 per service)" in burst  # the burst's 300 services
+    (edit,) = [row for row in table.splitlines() if row.startswith("- The edit at p99")]
+    assert "(svc-3, 2.3 s): the API server took 0.4 s to take the edit; 1.5 s more" in edit
+    assert "0.3 s for the API server to answer that apply; 0.1 s until" in edit
