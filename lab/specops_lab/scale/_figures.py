@@ -37,7 +37,8 @@ class PhaseLoad:
     sent (``limited``: the rate limit applies to these, not to kopf's watches, patches and
     Events), its CPU seconds, the whole machine's busy CPU seconds out of ``capacity_cpu_s``
     (cores times the phase's wall time), and the client's rate limit (None when none) with
-    the burst it lets through at once."""
+    the burst it lets through at once; ``components_cpu_s``: the CPU seconds of each process
+    of the local control plane (none on a cluster whose processes are not known)."""
 
     wall_s: float
     requests: int
@@ -47,6 +48,7 @@ class PhaseLoad:
     capacity_cpu_s: float
     limit_qps: float | None
     limit_burst: int = 0
+    components_cpu_s: tuple[tuple[str, float], ...] = ()
 
     @property
     def limited_per_second(self) -> float:
@@ -59,10 +61,12 @@ class PhaseLoad:
         if self.limit_qps and self.limited >= _BOUND_SHARE * allowed:
             return "the operator's client-side rate limit (`operator.kubeQps`)"
         if self.capacity_cpu_s > 0 and self.machine_cpu_s >= _BOUND_SHARE * self.capacity_cpu_s:
-            share = self.operator_cpu_s / self.machine_cpu_s if self.machine_cpu_s > 0 else 0.0
+            busy = self.machine_cpu_s
+            users = [("the operator", self.operator_cpu_s), *self.components_cpu_s]
+            named = "; ".join(f"{who} {cpu / busy:.0%}" for who, cpu in users if busy > 0)
+            rest = "" if self.components_cpu_s else "; the rest the control plane and the fake pods"
             return (
-                f"this machine's CPU ({self.machine_cpu_s / self.capacity_cpu_s:.0%} busy, "
-                f"{share:.0%} of it the operator's; the rest the control plane and the fake pods)"
+                f"this machine's CPU ({busy / self.capacity_cpu_s:.0%} busy, of it: {named}{rest})"
             )
         return "neither the rate limit nor the CPU (waits: the API server's answers, the watches)"
 

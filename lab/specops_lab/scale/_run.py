@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -28,6 +28,7 @@ from specops_operator import shard_of
 from specops_lab.cluster import (
     ClusterInfo,
     ClusterOptions,
+    LocalCluster,
     RunFiles,
     prune_killed_runs,
     running_cluster,
@@ -165,23 +166,33 @@ def _machine_cpu_s() -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class _Mark:
-    """Where a phase started: wall clock (the audit log's), CPU used so far, and the cores."""
+    """Where a phase started: wall clock (the audit log's), CPU used so far by the operator
+    and by each process of the control plane, and the machine's busy CPU and cores."""
 
     at: float
     operator_cpu_s: float
+    components_cpu_s: tuple[tuple[str, float], ...]
     machine_cpu_s: float
     cores: int
 
     @classmethod
-    def now(cls, pid: int | None) -> _Mark:
-        return cls(time.time(), _process_cpu_s(pid), *_machine_cpu_s())
+    def now(cls, pid: int | None, components: Mapping[str, int]) -> _Mark:
+        used = tuple((name, _process_cpu_s(p)) for name, p in components.items())
+        return cls(time.time(), _process_cpu_s(pid), used, *_machine_cpu_s())
 
-    def load(self, audit: _Audit, pid: int | None, limit: tuple[float | None, int]) -> PhaseLoad:
+    def load(
+        self,
+        audit: _Audit,
+        pid: int | None,
+        components: Mapping[str, int],
+        limit: tuple[float | None, int],
+    ) -> PhaseLoad:
         """The phase from this mark until now."""
-        end = _Mark.now(pid)
+        end = _Mark.now(pid, components)
         wall = end.at - self.at
         time.sleep(2.0)  # requests answered before the end reach the log late
         requests = audit.between(self.at, end.at)
+        before = dict(self.components_cpu_s)
         return PhaseLoad(
             wall_s=wall,
             requests=len(requests),
@@ -191,7 +202,19 @@ class _Mark:
             capacity_cpu_s=wall * end.cores,
             limit_qps=limit[0],
             limit_burst=limit[1],
+            components_cpu_s=tuple(
+                (name, cpu - before.get(name, 0.0)) for name, cpu in end.components_cpu_s
+            ),
         )
+
+
+def _components(info: ClusterInfo) -> dict[str, int]:
+    """The processes of the local control plane by name (etcd, the kube components, kwok);
+    none for a cluster this machine did not start."""
+    status = LocalCluster(ClusterOptions(name=info.name)).status()
+    if status is None or status.info.run_dir != info.run_dir:
+        return {}
+    return {c.name: c.pid for c in status.components if c.running}
 
 
 def _limit(release: ChartRelease) -> tuple[float | None, int]:
@@ -665,20 +688,21 @@ def _phases(
     operator = _operator(identity, release, work / "operator.log", rss, 120.0)
     try:
         progress(f"creating {options.services} services")
-        started, mark = time.monotonic(), _Mark.now(rss.pid)
+        components = _components(info)
+        started, mark = time.monotonic(), _Mark.now(rss.pid, components)
         fleet.create(range(options.services))
         created = fleet.wait_for(options.services, started, started + options.timeout_s)
-        creation = mark.load(audit, rss.pid, _limit(release))
+        creation = mark.load(audit, rss.pid, components, _limit(release))
         progress("settling: waiting until the fleet's pods run and each service has decided")
         pods = options.services * options.pods_per_service
         fleet.settle(options.services, pods, time.monotonic() + options.timeout_s, _QUIET_S)
         steady, window = _steady(audit, options, progress)
         steady_rss = rss.last_mib
-        mark = _Mark.now(rss.pid)
+        mark = _Mark.now(rss.pid, components)
         burst_created, edits, lost = _burst_with_edits(
             fleet, options, time.monotonic() + options.timeout_s, progress
         )
-        burst = mark.load(audit, rss.pid, _limit(release))
+        burst = mark.load(audit, rss.pid, components, _limit(release))
         slowest = _at_p99(edits, audit.between(mark.at, time.time()))
         operator, converged, restart_requests = _restart(
             audit,

@@ -89,7 +89,14 @@ def test_a_phase_sending_near_its_rate_limit_is_bound_by_it() -> None:
 
 def test_a_phase_on_a_saturated_machine_names_the_operators_share() -> None:
     saturated = replace(LOAD, machine_cpu_s=190.0, operator_cpu_s=38.0)
-    assert saturated.bound_by().startswith("this machine's CPU (95% busy, 20% of it the operator's")
+    assert saturated.bound_by() == (
+        "this machine's CPU (95% busy, of it: the operator 20%; the rest the control plane "
+        "and the fake pods)"
+    )
+    named = replace(saturated, components_cpu_s=(("kube-apiserver", 95.0), ("etcd", 19.0)))
+    assert named.bound_by() == (
+        "this machine's CPU (95% busy, of it: the operator 20%; kube-apiserver 50%; etcd 10%)"
+    )
     unlimited = replace(saturated, limited=9000, limit_qps=None)  # 90/s, no limit to bind
     assert "CPU" in unlimited.bound_by()
 
