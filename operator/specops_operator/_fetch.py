@@ -54,6 +54,7 @@ __all__ = [
     "matching",
     "pod_view",
     "prometheus_allowed",
+    "reading_client",
     "ready_pods",
     "refused_prometheus",
 ]
@@ -367,6 +368,15 @@ class PrometheusServiceSource:
         observation = observer.observation
         failures = (observation.source.error,) if observation.source.error else ()
         return Fetched((observation,), failures)
+
+
+def reading_client() -> httpx.AsyncClient:
+    """The client the control loop reads sidecars and Prometheus with: 5 s to connect and
+    to answer, and no limit on the wait for one of its connections. A fleet's windows come
+    due together (5000 pods at 1000 services), and a read that timed out in the operator's
+    own queue for a connection was reported as a pod that could not be reached, its wording
+    changing status at every window."""
+    return httpx.AsyncClient(timeout=httpx.Timeout(5.0, pool=None))
 
 
 class Observer:

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import httpx
 import kopf
 
 from specops.api import GROUP, PLURAL, VERSION, crd
@@ -29,7 +28,7 @@ from specops_operator._cache import (
 )
 from specops_operator._control import ControlLoopOptions, control_tick, forget_decisions
 from specops_operator._diffbase import HeldDiffBase, LeanDiffBase
-from specops_operator._fetch import Observer, matching, pod_view
+from specops_operator._fetch import Observer, matching, pod_view, reading_client
 from specops_operator._kube import (
     DISCOVERY_REFRESH_S,
     FIELD_MANAGER,
@@ -104,7 +103,7 @@ def _configure(
     if getattr(memo, "control", None) is None:
         allowed = getattr(memo, "allowed_prometheus", ())
         memo.control = ControlLoopOptions(
-            source=Observer(httpx.AsyncClient(timeout=5.0), allowed_prometheus=allowed)
+            source=Observer(reading_client(), allowed_prometheus=allowed)
         )
     _own_crd(memo, logger)
 

@@ -17,6 +17,7 @@ from specops_operator._fetch import (
     PrometheusServiceSource,
     SidecarSource,
     prometheus_allowed,
+    reading_client,
     ready_pods,
 )
 
@@ -339,3 +340,12 @@ async def test_the_services_of_one_prometheus_are_read_together_once_an_interval
         del queries[:]
         await source.sample("ml", "svc-4", spec)
         assert all("svc\\\\-3|" not in q for q in queries)  # a forgotten service is not asked
+
+
+async def test_a_read_waits_for_a_connection_of_its_own_client_rather_than_failing() -> None:
+    client = reading_client()
+    try:
+        assert client.timeout.pool is None  # the operator's own queue is no pod's failure
+        assert client.timeout.connect == client.timeout.read == 5.0
+    finally:
+        await client.aclose()
