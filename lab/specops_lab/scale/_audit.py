@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
 
 __all__ = ["WRITE_VERBS", "AuditRequest", "by_kind", "parse_audit", "within"]
 
@@ -29,6 +30,7 @@ class AuditRequest:
     code: int
     agent: str = ""  # the client's User-Agent: which operator replica sent it
     done: float | None = None  # when the API server answered it (its stage's timestamp)
+    manager: str = ""  # the field manager a write named (the operator has one per writer)
 
     @property
     def writes(self) -> bool:
@@ -62,7 +64,14 @@ def parse_audit(lines: Iterable[str]) -> Iterator[AuditRequest]:
             code=int((event.get("responseStatus") or {}).get("code", 0)),
             agent=event.get("userAgent", ""),
             done=_epoch(event["stageTimestamp"]) if event.get("stageTimestamp") else None,
+            manager=_field_manager(event.get("requestURI", "")),
         )
+
+
+def _field_manager(uri: str) -> str:
+    """The ``fieldManager`` a request's URI names ("" when none)."""
+    values = parse_qs(urlsplit(uri).query).get("fieldManager")
+    return values[0] if values else ""
 
 
 def within(
@@ -73,6 +82,9 @@ def within(
 
 
 def by_kind(requests: Iterable[AuditRequest], top: int = 6) -> list[tuple[str, int]]:
-    """The most frequent (verb resource) pairs, for a table of where the traffic goes."""
-    counts = Counter(f"{r.verb} {r.resource}" for r in requests)
+    """The most frequent (verb resource) pairs, for a table of where the traffic goes; a write
+    names its field manager (which of the operator's writers sent it)."""
+    counts = Counter(
+        f"{r.verb} {r.resource}" + (f" ({r.manager})" if r.manager else "") for r in requests
+    )
     return counts.most_common(top)

@@ -269,7 +269,7 @@ class _Fleet:
         and turning each answer into the client's models would take a share of the CPU it
         measures."""
         response = call(*args, _preload_content=False, **kwargs)
-        return cast(list[Any], json.loads(response.data)["items"])
+        return cast(list[Any], json.loads(response.data).get("items") or [])  # null when none
 
     def deployments(self) -> int:
         return len(self._deployments(_METADATA_ONLY))

@@ -21,6 +21,7 @@ def _event(
     subresource: str | None = None,
     done: str | None = None,
     name: str = "svc-1",
+    uri: str = "",
 ) -> str:
     ref = {"resource": resource, "namespace": "fleet", "name": name}
     if subresource:
@@ -35,6 +36,7 @@ def _event(
             "requestReceivedTimestamp": at,
             "responseStatus": {"code": 200},
             **({"stageTimestamp": done} if done else {}),
+            **({"requestURI": uri} if uri else {}),
         }
     )
 
@@ -95,3 +97,29 @@ def test_an_edits_time_is_split_at_the_operators_first_apply_of_its_deployment()
     )
     assert round(path.seen_s, 3) == 0.2
     assert _Edit("svc-9", sent_at=sent, patched_s=0.2, seen_s=1.3).path(requests) is None
+
+
+def test_a_write_is_counted_under_its_field_manager() -> None:
+    status = "/apis/specops.io/v1alpha1/namespaces/fleet/speculativeservices/svc-1/status"
+    lines = [
+        _event(
+            "patch",
+            "speculativeservices",
+            at="2026-12-02T10:00:00Z",
+            subresource="status",
+            uri=f"{status}?fieldManager=specops-controller&force=true",
+        ),
+        _event(
+            "patch",
+            "speculativeservices",
+            at="2026-12-02T10:00:01Z",
+            subresource="status",
+            uri=f"{status}?force=true&fieldManager=specops-reconciler",
+        ),
+        _event("get", "deployments", at="2026-12-02T10:00:02Z", uri="/apis/apps/v1/x"),
+    ]
+    assert sorted(by_kind(parse_audit(lines))) == [
+        ("get deployments", 1),
+        ("patch speculativeservices/status (specops-controller)", 1),
+        ("patch speculativeservices/status (specops-reconciler)", 1),
+    ]
