@@ -7,6 +7,7 @@ plain data in, data out. Library errors become :class:`KubeApiError` here.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import threading
@@ -33,6 +34,7 @@ __all__ = [
     "KubeApiError",
     "TokenBucket",
     "deployment_ref",
+    "fenced",
     "service_ref",
 ]
 
@@ -66,6 +68,27 @@ DISCOVERY_REFRESH_S = 600.0
 # flooding the API server (kopf's own watches and Events go through its own client).
 KUBE_QPS = 50.0
 KUBE_BURST = 100
+# Methods that write: a fenced block's writes are sent only while its fence holds.
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# What the writes of the block being run must still be allowed by (see :func:`fenced`).
+_FENCE: contextvars.ContextVar[tuple[Callable[[], bool], str] | None] = contextvars.ContextVar(
+    "specops_fence", default=None
+)
+
+
+@contextlib.contextmanager
+def fenced(allowed: Callable[[], bool], why: str) -> Iterator[None]:
+    """Writes sent in this block (on this thread, or on what it hands its context to: a
+    coroutine's ``asyncio.to_thread``) go out only while ``allowed()``; otherwise the write
+    fails with a :class:`KubeApiError` that says ``why``. A sharded replica fences each
+    reconciliation with its hold on the service's shard: one that outlasts the hold (a
+    saturated API server answering in seconds) stops before another replica's writes, not
+    after."""
+    token = _FENCE.set((allowed, why))
+    try:
+        yield
+    finally:
+        _FENCE.reset(token)
 
 
 class KubeApiError(SpecopsError):
@@ -215,6 +238,9 @@ class Kube:
         content_type: str = _MERGE_PATCH,
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
+        fence = _FENCE.get()
+        if fence is not None and method in _WRITES and not fence[0]():
+            raise KubeApiError(f"{method} {path}: not sent: {fence[1]}")
         self._limit.take(urgent=getattr(self._urgent, "on", False))
         headers = {"Accept": "application/json"}
         if method == "PATCH":

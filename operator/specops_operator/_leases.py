@@ -14,7 +14,7 @@ from typing import Any
 
 from specops.errors import SpecopsError
 from specops_operator._cache import MANAGED_BY
-from specops_operator._kube import CONFLICT, Kube, KubeApiError, object_ref
+from specops_operator._kube import CONFLICT, Kube, KubeApiError, fenced, object_ref
 from specops_operator._metrics import SHARD_MOVES, SHARDS_HELD
 from specops_operator._shards import (
     Lease,
@@ -101,19 +101,31 @@ class ShardKeeper:
     @contextlib.contextmanager
     def acting(self, uid: str) -> Iterator[bool]:
         """Whether this replica acts on the service; while the block runs, the shard is not
-        released (a release waits for it), so a handover never splits a reconciliation."""
+        released (a release waits for it), so a handover never splits a reconciliation, and
+        its writes are fenced (:func:`fenced`): once the hold lapses (renewals failing or
+        late), what is left of the block writes nothing."""
         shard = self.shard(uid)
         with self._lock:
             ours = self._acts(shard)
             if ours:
                 self._busy[shard] = self._busy.get(shard, 0) + 1
         try:
-            yield ours
+            if not ours:
+                yield ours
+            else:
+                with fenced(
+                    lambda: self._still_acts(shard), f"this replica no longer holds shard {shard}"
+                ):
+                    yield ours
         finally:
             if ours:
                 with self._lock:
                     self._busy[shard] -= 1
                     self._lock.notify_all()
+
+    def _still_acts(self, shard: int) -> bool:
+        with self._lock:
+            return self._acts(shard)
 
     def held(self) -> frozenset[int]:
         with self._lock:

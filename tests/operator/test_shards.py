@@ -276,3 +276,50 @@ def test_the_rounds_run_on_their_own_thread_until_stopped_and_then_hand_the_shar
     shards = [o for o in server.objects.values() if o["metadata"]["labels"].get("specops.io/shard")]
     assert len(shards) == 2 and all("holderIdentity" not in o["spec"] for o in shards)
     assert member_name("specops", "a") not in server.objects
+
+
+class _Recording(kubernetes.client.ApiClient):
+    """An API client that records each request it is given and answers it with ``{}``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def call_api(self, method: str, url: str, *_: Any, **__: Any) -> Any:
+        self.sent.append(f"{method} {urllib.parse.urlsplit(url).path}")
+        return kubernetes.client.rest.RESTResponse(_Answer())
+
+
+class _Answer:
+    """What urllib3 would hand back: 200 with an empty JSON object."""
+
+    status, reason, data = 200, "OK", b"{}"
+    headers: dict[str, str] = {}
+
+    def read(self) -> bytes:
+        return self.data
+
+
+def test_a_reconciliation_that_outlasts_its_hold_writes_nothing_more() -> None:
+    server, clock = _LeaseServer(), [0.0]
+    keeper = _replicas(server, clock, "a", shards=1)["a"]
+    keeper.round()
+    uid = next(u for u in (f"uid-{i}" for i in range(10)) if keeper.shard(u) == 0)
+    api = _Recording()
+    kube = Kube(api)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"namespace": "ml", "name": "llama"},
+    }
+    path = "/apis/apps/v1/namespaces/ml/deployments/llama"
+    with keeper.acting(uid) as ours:
+        assert ours
+        kube.delete(deployment)  # while the hold stands, a write goes out
+        clock[0] += keeper.settings.act_s  # no renewal came: the hold has lapsed
+        with pytest.raises(KubeApiError, match="not sent: this replica no longer holds shard 0"):
+            kube.delete(deployment)
+        kube.get(deployment)  # a read writes nothing: it still goes out
+    assert api.sent == [f"DELETE {path}", f"GET {path}"]
+    kube.delete(deployment)  # outside a fenced block nothing holds it back
+    assert api.sent[-1] == f"DELETE {path}"
