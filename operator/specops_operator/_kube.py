@@ -285,12 +285,14 @@ class Kube:
 
     @contextlib.contextmanager
     def urgent(self) -> Iterator[None]:
-        """The calling thread's requests skip the rate limit's queue until the block ends."""
+        """The calling thread's requests skip the rate limit's queue until the block ends
+        (blocks nest: the outer one's stays)."""
+        before = getattr(self._urgent, "on", False)
         self._urgent.on = True
         try:
             yield
         finally:
-            self._urgent.on = False
+            self._urgent.on = before
 
     def held(self, obj: Obj) -> Obj | None:
         """``obj`` as the watch cache holds it, None when it holds none; without a cache, as

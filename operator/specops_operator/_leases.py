@@ -180,13 +180,16 @@ class ShardKeeper:
         return ShardRound(frozenset(gained), frozenset(lost))
 
     def _leases(self) -> list[Lease]:
-        """The group's Leases as the API server holds them now."""
-        listed = self.kube.list_objects(
-            _API,
-            "Lease",
-            self.settings.namespace,
-            {MANAGED_BY: "specops", GROUP_LABEL: self.settings.group},
-        )
+        """The group's Leases as the API server holds them now. Read ahead of the rate
+        limit's queue, as they are written: a round late behind a fleet's edits would renew
+        its Leases too late, and the replicas would take each other's shards in turn."""
+        with self.kube.urgent():
+            listed = self.kube.list_objects(
+                _API,
+                "Lease",
+                self.settings.namespace,
+                {MANAGED_BY: "specops", GROUP_LABEL: self.settings.group},
+            )
         return [lease for lease in map(_read, listed) if lease is not None]
 
     def _write(self, plan: LeasePlan, now: float) -> None:
@@ -284,6 +287,6 @@ class ShardKeeper:
             if lease.role is LeaseRole.SHARD:
                 self._release(lease)
             else:
-                with contextlib.suppress(KubeApiError):
+                with contextlib.suppress(KubeApiError), self.kube.urgent():
                     self.kube.delete(self._ref(lease.name), version=lease.version)
         SHARDS_HELD.set(0)
