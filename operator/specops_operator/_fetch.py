@@ -370,13 +370,42 @@ class PrometheusServiceSource:
         return Fetched((observation,), failures)
 
 
-def reading_client() -> httpx.AsyncClient:
+# Reads of the control loop in flight at once; the others wait their turn in the operator.
+READS_AT_ONCE = 64
+
+
+class _Turns(httpx.AsyncBaseTransport):
+    """A transport that sends at most ``slots`` requests at once and lets the rest wait for
+    a turn, each answer read whole before its turn is given back. The wait is the
+    operator's own queue: it counts against no request's timeout, and it is an asyncio
+    semaphore's, not httpcore's pool queue, which scans every waiting request against every
+    connection at each answer (quadratic, a saturated event loop with thousands waiting)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, slots: int) -> None:
+        self._inner, self._slots = inner, asyncio.Semaphore(slots)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        async with self._slots:
+            response = await self._inner.handle_async_request(request)
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def reading_client(slots: int = READS_AT_ONCE) -> httpx.AsyncClient:
     """The client the control loop reads sidecars and Prometheus with: 5 s to connect and
-    to answer, and no limit on the wait for one of its connections. A fleet's windows come
-    due together (5000 pods at 1000 services), and a read that timed out in the operator's
-    own queue for a connection was reported as a pod that could not be reached, its wording
-    changing status at every window."""
-    return httpx.AsyncClient(timeout=httpx.Timeout(5.0, pool=None))
+    to answer once a read has its turn, ``slots`` reads at once. A fleet's windows come due
+    together (5000 pods at 1000 services): when the reads queued in the connection pool
+    instead, those that waited 5 s there failed as pods that could not be reached, and the
+    hold's wording, flipping between that and the pods' own errors, rewrote status at
+    every window."""
+    inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=slots))
+    return httpx.AsyncClient(timeout=5.0, transport=_Turns(inner, slots))
 
 
 class Observer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -342,10 +343,34 @@ async def test_the_services_of_one_prometheus_are_read_together_once_an_interval
         assert all("svc\\\\-3|" not in q for q in queries)  # a forgotten service is not asked
 
 
-async def test_a_read_waits_for_a_connection_of_its_own_client_rather_than_failing() -> None:
-    client = reading_client()
+async def test_reads_beyond_the_clients_turns_wait_in_the_operator_and_all_succeed() -> None:
+    """More reads than turns: at most that many reach the servers at once, the rest wait
+    without their wait counting against a timeout, and every one gets its answer."""
+    in_flight, most = 0, 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.05)
+        body = b'{"ok": true}'
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        in_flight -= 1
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = reading_client(slots=4)
     try:
-        assert client.timeout.pool is None  # the operator's own queue is no pod's failure
-        assert client.timeout.connect == client.timeout.read == 5.0
+        # 100 reads of 50 ms, 4 at a time: over a second of waiting for turns in all.
+        answers = await asyncio.gather(
+            *(client.get(f"http://127.0.0.1:{port}/v1/observation") for _ in range(100))
+        )
     finally:
         await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert [r.json() for r in answers] == [{"ok": True}] * 100
+    assert most <= 4
