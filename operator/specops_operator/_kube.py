@@ -238,10 +238,11 @@ class Kube:
         content_type: str = _MERGE_PATCH,
         query: list[tuple[str, str]] | None = None,
     ) -> Obj:
+        self._limit.take(urgent=getattr(self._urgent, "on", False))
+        # After the rate limit's wait, which can outlast the fence too.
         fence = _FENCE.get()
         if fence is not None and method in _WRITES and not fence[0]():
             raise KubeApiError(f"{method} {path}: not sent: {fence[1]}")
-        self._limit.take(urgent=getattr(self._urgent, "on", False))
         headers = {"Accept": "application/json"}
         if method == "PATCH":
             headers["Content-Type"] = content_type

@@ -113,19 +113,13 @@ class ShardKeeper:
             if not ours:
                 yield ours
             else:
-                with fenced(
-                    lambda: self._still_acts(shard), f"this replica no longer holds shard {shard}"
-                ):
+                with fenced(lambda: self.holds(uid), f"this replica no longer holds shard {shard}"):
                     yield ours
         finally:
             if ours:
                 with self._lock:
                     self._busy[shard] -= 1
                     self._lock.notify_all()
-
-    def _still_acts(self, shard: int) -> bool:
-        with self._lock:
-            return self._acts(shard)
 
     def held(self) -> frozenset[int]:
         with self._lock:
