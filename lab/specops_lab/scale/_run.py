@@ -304,14 +304,21 @@ class _Fleet:
         )
         return len([s for s in listed if (s.get("status") or {}).get("lastDecision")])
 
-    def settle(self, services: int, pods: int, deadline: float, quiet_s: float) -> None:
+    def settle(self, services: int, pods: int, deadline: float, quiet_s: float) -> str:
         """Wait until ``pods`` pods run (kwok's nodes start them), every service has decided
-        once, and ``quiet_s`` more: what follows is the fleet at rest."""
-        while time.monotonic() < deadline and (
-            self.running_pods() < pods or self.decided() < services
-        ):
+        once, and ``quiet_s`` more: what follows is the fleet at rest. Empty when it came to
+        rest; otherwise what was still on its way at ``deadline``."""
+        while True:
+            running, decided = self.running_pods(), self.decided()
+            if running >= pods and decided >= services:
+                time.sleep(quiet_s)
+                return ""
+            if time.monotonic() >= deadline:
+                return (
+                    f"{running} of {pods} pods running and {decided} of {services} services "
+                    "decided at the settling timeout"
+                )
             time.sleep(1.0)
-        time.sleep(quiet_s)
 
     def wait_for(self, count: int, since: float, deadline: float) -> float | None:
         """Seconds from ``since`` until ``count`` Deployments exist; None past ``deadline``."""
@@ -692,10 +699,13 @@ def _phases(
         started, mark = time.monotonic(), _Mark.now(rss.pid, components)
         fleet.create(range(options.services))
         created = fleet.wait_for(options.services, started, started + options.timeout_s)
+        created_by_timeout = fleet.deployments() if created is None else options.services
         creation = mark.load(audit, rss.pid, components, _limit(release))
         progress("settling: waiting until the fleet's pods run and each service has decided")
         pods = options.services * options.pods_per_service
-        fleet.settle(options.services, pods, time.monotonic() + options.timeout_s, _QUIET_S)
+        unsettled = fleet.settle(
+            options.services, pods, time.monotonic() + options.timeout_s, _QUIET_S
+        )
         steady, window = _steady(audit, options, progress)
         steady_rss = rss.last_mib
         mark = _Mark.now(rss.pid, components)
@@ -728,6 +738,8 @@ def _phases(
         pods_per_service=options.pods_per_service,
         gpu_nodes=options.gpu_nodes,
         created_s=created,
+        created_by_timeout=created_by_timeout,
+        unsettled=unsettled,
         steady_window_s=window,
         steady_requests=len(steady),
         steady_writes=sum(1 for r in steady if r.writes),

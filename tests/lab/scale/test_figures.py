@@ -48,6 +48,22 @@ def test_what_never_happened_misses_its_target() -> None:
     assert len([t for t in missed if t.measured == "never"]) == 3
 
 
+def test_a_steady_window_on_a_fleet_not_at_rest_misses_and_says_what_was_moving() -> None:
+    moving = replace(
+        FIGURES,
+        steady_requests=0,
+        created_s=None,
+        created_by_timeout=987,
+        unsettled="4410 of 5000 pods running and 960 of 1000 services decided",
+    )
+    verdicts = {t.name: t for t in judge(moving, ScaleTargets())}
+    steady = verdicts["steady API requests per service per minute"]
+    assert not steady.met and "not at rest: 4410 of 5000 pods running" in steady.measured
+    assert verdicts["all 100 Deployments exist after creation"].measured == (
+        "never (987 by the run's timeout)"
+    )
+
+
 def test_a_lost_edit_misses_the_edit_target_however_fast_the_rest() -> None:
     fast = replace(FIGURES, edit_latencies_s=(0.1,) * 5, edits_lost=1)
     (edit,) = [t for t in judge(fast, ScaleTargets()) if "edit" in t.name]
