@@ -11,7 +11,11 @@ from __future__ import annotations
 from specops.control._decide import ServiceModel
 from specops.policy import AcceptanceCurve, StepShape, cost_prior
 from specops.profiles import PRIOR_ACCEPTANCE, PerformanceProfile, draft_family
-from specops.vllm import TABLE_STEP_PENALTY_FRACTION, TABLE_ZERO_ROW_DRAFT_POSITIONS
+from specops.vllm import (
+    SEQUENTIAL_DRAFT_METHODS,
+    TABLE_STEP_PENALTY_FRACTION,
+    TABLE_ZERO_ROW_DRAFT_POSITIONS,
+)
 
 __all__ = ["service_model"]
 
@@ -29,7 +33,8 @@ def service_model(
     """The service's priors; ``prior_acceptance`` overrides the family's published curve.
 
     What a table costs vLLM besides its k starts at the release's published share of the
-    profile's single-stream step.
+    profile's single-stream step; a method that drafts one position a pass pays the
+    profile's draft pass per position.
     """
     cost = profile.cost_model(method, roofline=True)
     single_stream = cost.step_time(StepShape(1, 0, 0))
@@ -39,6 +44,7 @@ def service_model(
             cost,
             table_s=TABLE_STEP_PENALTY_FRACTION * single_stream,
             zero_row_positions=TABLE_ZERO_ROW_DRAFT_POSITIONS,
+            draft_pass_s=profile.draft_pass_s if method in SEQUENTIAL_DRAFT_METHODS else 0.0,
         ),
         max_batch=max_batch,
         per_batch_size=per_batch_size,

@@ -154,6 +154,7 @@ def cost_prior(
     *,
     table_s: float = 0.0,
     zero_row_positions: int = 0,
+    draft_pass_s: float = 0.0,
     relative_stddev: float = 0.5,
     floor_fraction: float = 0.5,
 ) -> CostPrior:
@@ -163,6 +164,12 @@ def cost_prior(
     are the release's, not the profile's: the profile is fitted without a table. The
     table term's deviation is its own mean: it is known from one published figure, and
     measured only where the service runs both with and without a table.
+
+    ``draft_pass_s`` is one sequential pass of a draft that proposes one position a pass
+    (EAGLE, MTP, a draft model; 0 for a lookup or a drafter that proposes its block at
+    once): the per-position term starts there, since the profile's draft term is one cost
+    a step whatever k, and a prior of 0 would make the k-th position look free until a
+    change to another k measured it.
 
     The knee is where the profile's roofline turns compute-bound (the weights read
     equals the FLOPs at peak); without a roofline the knee is put at 256 tokens and its
@@ -184,7 +191,7 @@ def cost_prior(
         model.c_kv + draft.c_kv,
         per_flop_token,
         0.0,
-        0.0,
+        draft_pass_s,
         draft.c_tok,
         draft.t_fixed + lookup,
         table_s,

@@ -34,6 +34,12 @@ and the host overhead stay, the H200 having the H100's compute.
   GPU, a quarter of the 8B head's: draft c_kv = 5.95e-10 s.
 * n-gram drafting costs the same 0.59 % of the target forward as on the 8B.
 
+One pass of the EAGLE head (``draft_pass_s``) reads its weights at the bandwidth the
+target's fixed term implies: the 8B head's 0.5 GB at 2.73 TB/s is 0.18 ms on the H100
+(scaled by 3.35 / 4.8 on the H200); the 70B head's 2 GB over 4 GPUs reads the same 0.5 GB
+per GPU. The fits price drafting as one cost per step; the head runs one pass per drafted
+position, which only the step-time prior prices (see ``specops.policy.cost_prior``).
+
 KV capacity, all profiles: HBM * 0.9 (vLLM's default gpu_memory_utilization), less the
 weights, less about 4 GB per GPU for activations and CUDA graphs, divided by the KV
 bytes per token. A draft network takes its own weights plus its own KV (one layer for
@@ -89,6 +95,7 @@ def make_profile(
     params: float,
     peak_flops: float,
     description: str,
+    draft_pass_s: float,
 ) -> PerformanceProfile:
     lookup = StepCostModel(
         t_fixed=target.t_fixed,
@@ -110,6 +117,7 @@ def make_profile(
         peak_flops=peak_flops,
         description=description,
         gpu=gpu,
+        draft_pass_s=draft_pass_s,
     )
 
 
@@ -125,6 +133,9 @@ H100_8B = StepCostModel(
     t_overhead=1.207e-3,
     draft=DraftCost(t_fixed=2.135e-3, c_tok=8.414e-7, c_kv=2.378e-9),
 )
+
+# The H100's effective bandwidth for weight reads: 16.06 GB of 8B weights in t_fixed.
+_H100_WEIGHT_READ = 16.06e9 / H100_8B.t_fixed
 
 _H200_8B = StepCostModel(
     t_fixed=H100_8B.t_fixed * _H100_TO_H200,
@@ -165,6 +176,7 @@ PROFILES: dict[str, PerformanceProfile] = {
             params=8.0e9,
             peak_flops=7.6e14,
             description="SpecDecode-Bench step-time fit, vLLM on one H100",
+            draft_pass_s=_EAGLE_8B_WEIGHTS / _H100_WEIGHT_READ,
         ),
         make_profile(
             name="llama3.1-8b-h200",
@@ -178,6 +190,7 @@ PROFILES: dict[str, PerformanceProfile] = {
             params=8.0e9,
             peak_flops=7.6e14,
             description="the H100 fit with bandwidth-bound terms scaled by 3.35/4.8",
+            draft_pass_s=_EAGLE_8B_WEIGHTS / _H100_WEIGHT_READ * _H100_TO_H200,
         ),
         make_profile(
             name="llama3.1-70b-h100-tp4",
@@ -191,6 +204,7 @@ PROFILES: dict[str, PerformanceProfile] = {
             params=70.55e9,
             peak_flops=4 * 7.6e14,
             description="derived from first principles against the 8B fit (see module doc)",
+            draft_pass_s=_EAGLE_70B_WEIGHTS / 4 / _H100_WEIGHT_READ,
         ),
     )
 }

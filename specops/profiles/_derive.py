@@ -259,4 +259,5 @@ def derive_profile(
         peak_flops=tp * COMPUTE_EFFICIENCY * _flops(model, gpu),
         description=f"derived from the model's shape ({model.source}) and the GPU's "
         f"datasheet ({gpu.source}) with the H100 fit's efficiencies: a prior only",
+        draft_pass_s=model.draft_read_bytes / (tp * BANDWIDTH_EFFICIENCY * gpu.memory_bandwidth),
     )

@@ -73,6 +73,11 @@ class PerformanceProfile:
     description: str
     gpu: str | None = None
     """The GPU's name in ``data/gpus.toml``, which ``spec.engine.gpu`` names."""
+    draft_pass_s: float = 0.0
+    """One sequential pass of the draft network: its weights read once per GPU at the
+    bandwidth the target's fixed term implies. A method that drafts one position a pass
+    pays it k times a step; the published fits price drafting as one fixed cost, so the
+    step-time prior takes this term from here (:func:`specops.policy.cost_prior`)."""
 
     def cost_model(self, method: str | None, *, roofline: bool = False) -> StepCostModel:
         """The step-cost model for a speculative method (None: no speculation)."""

@@ -22,6 +22,7 @@ __all__ = [
     "DYNAMIC_SCHEDULE_METHODS",
     "METHODS_NEEDING_DRAFT_MODEL",
     "METHODS_REFUSING_DRAFT_MODEL",
+    "SEQUENTIAL_DRAFT_METHODS",
     "SPECULATION_METHODS",
     "VLLM_VERSION",
     "BatchSizeSchedule",
@@ -102,6 +103,12 @@ METHODS_REFUSING_DRAFT_MODEL: frozenset[str] = frozenset({"ngram", "ngram_gpu", 
 DYNAMIC_SCHEDULE_METHODS: frozenset[str] = frozenset(
     {"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"}
 )
+
+# Methods whose proposer runs one forward pass of the draft per proposed position
+# (vllm/v1/spec_decode/eagle.py loops over num_speculative_tokens; mtp and draft_model use
+# the same loop), so drafting costs grow with k. dflash proposes its whole block in one
+# pass, and the lookup methods (ngram, ngram_gpu, suffix) look up once.
+SEQUENTIAL_DRAFT_METHODS: frozenset[str] = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 
 # What a per-batch-size table costs besides its k (vLLM #49548, vllm-ascend #16638): the
 # forward runs PIECEWISE CUDA graphs, measured at 14 % of a single-stream step, and a k = 0

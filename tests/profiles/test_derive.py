@@ -49,7 +49,13 @@ def test_the_derivation_reproduces_each_calibrated_profile(
         want, got = _terms(getattr(calibrated, family)), _terms(getattr(derived, family))
         for term, value in want.items():
             assert got[term] == pytest.approx(value, rel=TOLERANCE), (family, term)
-    for field in ("kv_cache_tokens", "draft_memory_kv_tokens", "params", "peak_flops"):
+    for field in (
+        "kv_cache_tokens",
+        "draft_memory_kv_tokens",
+        "params",
+        "peak_flops",
+        "draft_pass_s",
+    ):
         assert getattr(derived, field) == pytest.approx(
             getattr(calibrated, field), rel=TOLERANCE
         ), field
