@@ -295,6 +295,11 @@ class _Fleet:
 
     def decided(self) -> int:
         """The services whose control loop has made its first decision."""
+        return self._services_at_rest()[0]
+
+    def _services_at_rest(self) -> tuple[int, int]:
+        """The services that have decided once, and those whose status counts every one of
+        their pods ready (the reconciler has seen its Deployment's last change)."""
         listed = self._listed(
             self._custom.list_namespaced_custom_object,
             "specops.io",
@@ -302,23 +307,43 @@ class _Fleet:
             _NAMESPACE,
             "speculativeservices",
         )
-        return len([s for s in listed if (s.get("status") or {}).get("lastDecision")])
+        statuses = [(s.get("spec") or {}, s.get("status") or {}) for s in listed]
+        decided = sum(1 for _, status in statuses if status.get("lastDecision"))
+        ready = sum(
+            1
+            for spec, status in statuses
+            if status.get("readyReplicas", 0) >= spec.get("replicas", 1)
+        )
+        return decided, ready
+
+    def ready_deployments(self) -> int:
+        """The Deployments whose status is current and counts every replica updated and
+        ready: the controller-manager has caught up with them."""
+        return sum(1 for d in self._deployments() if _deployment_at_rest(d))
 
     def settle(self, services: int, pods: int, deadline: float, quiet_s: float) -> str:
-        """Wait until ``pods`` pods run (kwok's nodes start them), every service has decided
-        once, and ``quiet_s`` more: what follows is the fleet at rest. Empty when it came to
-        rest; otherwise what was still on its way at ``deadline``."""
+        """Wait until ``pods`` pods run (kwok's nodes start them), every Deployment's status
+        has caught up with them, every service has decided once and reports its pods ready,
+        and ``quiet_s`` more: what follows is the fleet at rest. Empty when it came to rest;
+        otherwise what was still on its way at ``deadline``.
+
+        Pods running are not yet a fleet at rest: on a busy control plane the
+        controller-manager updates the Deployments' status minutes later, and every such
+        update is a change the operator rightly reports."""
         while True:
-            running, decided = self.running_pods(), self.decided()
-            if running >= pods and decided >= services:
+            running = self.running_pods()
+            deployments = self.ready_deployments() if running >= pods else 0
+            decided, ready = self._services_at_rest()
+            if running >= pods and deployments >= services and min(decided, ready) >= services:
                 time.sleep(quiet_s)
                 return ""
             if time.monotonic() >= deadline:
                 return (
-                    f"{running} of {pods} pods running and {decided} of {services} services "
-                    "decided at the settling timeout"
+                    f"{running} of {pods} pods running, {deployments} of {services} "
+                    f"Deployments' status caught up, {decided} of {services} services decided "
+                    f"and {ready} reporting their pods ready at the settling timeout"
                 )
-            time.sleep(1.0)
+            time.sleep(2.0)
 
     def wait_for(self, count: int, since: float, deadline: float) -> float | None:
         """Seconds from ``since`` until ``count`` Deployments exist; None past ``deadline``."""
@@ -549,6 +574,19 @@ def _sharded(
         writers=len({agent for agents in writers.values() for agent in agents}),
         services_written=len(writers),
         overlaps=overlapping(writers),
+    )
+
+
+def _deployment_at_rest(deployment: Mapping[str, Any]) -> bool:
+    """Whether a Deployment's status is current and counts every replica updated and ready."""
+    want = (deployment.get("spec") or {}).get("replicas", 1)
+    status = deployment.get("status") or {}
+    current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+    return bool(
+        current
+        and status.get("updatedReplicas", 0) >= want
+        and status.get("readyReplicas", 0) >= want
+        and status.get("replicas", 0) == want
     )
 
 
