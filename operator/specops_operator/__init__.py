@@ -3,7 +3,7 @@
 from specops_operator._kube import FIELD_MANAGER, Kube, KubeApiError
 from specops_operator._reconcile import ChildWrite, Outcome, covers, reconcile
 from specops_operator._shards import shard_of
-from specops_operator._status import desired_status
+from specops_operator._status import desired_status, rollout_complete
 
 __all__ = [
     "FIELD_MANAGER",
@@ -14,5 +14,6 @@ __all__ = [
     "covers",
     "desired_status",
     "reconcile",
+    "rollout_complete",
     "shard_of",
 ]

@@ -23,7 +23,7 @@ from typing import Any, cast
 import yaml
 from kubernetes import client, config
 from kubernetes.utils import parse_quantity
-from specops_operator import shard_of
+from specops_operator import rollout_complete, shard_of
 
 from specops_lab.cluster import (
     ClusterInfo,
@@ -319,7 +319,7 @@ class _Fleet:
     def ready_deployments(self) -> int:
         """The Deployments whose status is current and counts every replica updated and
         ready: the controller-manager has caught up with them."""
-        return sum(1 for d in self._deployments() if _deployment_at_rest(d))
+        return sum(1 for d in self._deployments() if _at_rest(d))
 
     def settle(self, services: int, pods: int, deadline: float, quiet_s: float) -> str:
         """Wait until ``pods`` pods run (kwok's nodes start them), every Deployment's status
@@ -332,16 +332,23 @@ class _Fleet:
         update is a change the operator rightly reports."""
         while True:
             running = self.running_pods()
-            deployments = self.ready_deployments() if running >= pods else 0
+            # Deployments are listed whole only once every pod runs.
+            deployments = self.ready_deployments() if running >= pods else None
             decided, ready = self._services_at_rest()
-            if running >= pods and deployments >= services and min(decided, ready) >= services:
+            caught_up = deployments is not None and deployments >= services
+            if caught_up and min(decided, ready) >= services:
                 time.sleep(quiet_s)
                 return ""
             if time.monotonic() >= deadline:
+                counted = (
+                    f"{deployments} of {services} Deployments' status caught up, "
+                    if deployments is not None
+                    else ""
+                )
                 return (
-                    f"{running} of {pods} pods running, {deployments} of {services} "
-                    f"Deployments' status caught up, {decided} of {services} services decided "
-                    f"and {ready} reporting their pods ready at the settling timeout"
+                    f"{running} of {pods} pods running, {counted}{decided} of {services} "
+                    f"services decided and {ready} reporting their pods ready at the "
+                    "settling timeout"
                 )
             time.sleep(2.0)
 
@@ -577,17 +584,10 @@ def _sharded(
     )
 
 
-def _deployment_at_rest(deployment: Mapping[str, Any]) -> bool:
-    """Whether a Deployment's status is current and counts every replica updated and ready."""
-    want = (deployment.get("spec") or {}).get("replicas", 1)
-    status = deployment.get("status") or {}
-    current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
-    return bool(
-        current
-        and status.get("updatedReplicas", 0) >= want
-        and status.get("readyReplicas", 0) >= want
-        and status.get("replicas", 0) == want
-    )
+def _at_rest(deployment: Mapping[str, Any]) -> bool:
+    """Whether a Deployment's rollout of its own replicas is complete, as the operator
+    judges one."""
+    return rollout_complete(deployment, (deployment.get("spec") or {}).get("replicas", 1))
 
 
 def _reconciled(log: Path) -> set[str]:

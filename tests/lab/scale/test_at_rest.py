@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specops_lab.scale._run import _deployment_at_rest
+from specops_lab.scale._run import _at_rest
 
 
 def _deployment(generation: int = 2, **status: Any) -> dict[str, Any]:
@@ -13,11 +13,11 @@ def _deployment(generation: int = 2, **status: Any) -> dict[str, Any]:
 
 def test_a_deployment_is_at_rest_once_its_status_is_current_and_counts_every_replica() -> None:
     settled = {"observedGeneration": 2, "replicas": 5, "updatedReplicas": 5, "readyReplicas": 5}
-    assert _deployment_at_rest(_deployment(**settled))
+    assert _at_rest(_deployment(**settled))
     # Pods running, but the controller-manager has not yet counted them all ready.
-    assert not _deployment_at_rest(_deployment(**{**settled, "readyReplicas": 3}))
+    assert not _at_rest(_deployment(**{**settled, "readyReplicas": 3}))
     # A status from before the last change of the spec.
-    assert not _deployment_at_rest(_deployment(generation=3, **settled))
+    assert not _at_rest(_deployment(generation=3, **settled))
     # A rollout still replacing old pods.
-    assert not _deployment_at_rest(_deployment(**{**settled, "replicas": 6}))
-    assert not _deployment_at_rest(_deployment())
+    assert not _at_rest(_deployment(**{**settled, "replicas": 6}))
+    assert not _at_rest(_deployment())
