@@ -58,6 +58,7 @@ __all__ = [
     "H100_8B",
     "NGRAM_FRACTION",
     "PROFILES",
+    "WEIGHT_BYTES_8B",
     "draft_kv_tokens",
     "get_profile",
     "kv_tokens",
@@ -134,8 +135,9 @@ H100_8B = StepCostModel(
     draft=DraftCost(t_fixed=2.135e-3, c_tok=8.414e-7, c_kv=2.378e-9),
 )
 
-# The H100's effective bandwidth for weight reads: 16.06 GB of 8B weights in t_fixed.
-_H100_WEIGHT_READ = 16.06e9 / H100_8B.t_fixed
+# Llama-3.1-8B's bf16 weights, and the H100's effective bandwidth reading them in t_fixed.
+WEIGHT_BYTES_8B = 16.06e9
+_H100_WEIGHT_READ = WEIGHT_BYTES_8B / H100_8B.t_fixed
 
 _H200_8B = StepCostModel(
     t_fixed=H100_8B.t_fixed * _H100_TO_H200,
@@ -157,8 +159,8 @@ _H100_70B_TP4 = StepCostModel(
     draft=DraftCost(t_fixed=2.16e-3, c_tok=7.5e-7, c_kv=5.95e-10),
 )
 
-_kv_8b_h100 = kv_tokens(80e9, 1, 16.06e9, _KV_8B)
-_kv_8b_h200 = kv_tokens(141e9, 1, 16.06e9, _KV_8B)
+_kv_8b_h100 = kv_tokens(80e9, 1, WEIGHT_BYTES_8B, _KV_8B)
+_kv_8b_h200 = kv_tokens(141e9, 1, WEIGHT_BYTES_8B, _KV_8B)
 _kv_70b_h100 = kv_tokens(80e9, 4, 141.1e9, _KV_70B)
 
 PROFILES: dict[str, PerformanceProfile] = {

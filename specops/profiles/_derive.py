@@ -37,7 +37,13 @@ from importlib import resources
 
 from specops.errors import EngineConfigError, SpecValidationError
 from specops.policy import DraftCost, StepCostModel
-from specops.profiles._catalog import H100_8B, draft_kv_tokens, kv_tokens, make_profile
+from specops.profiles._catalog import (
+    H100_8B,
+    WEIGHT_BYTES_8B,
+    draft_kv_tokens,
+    kv_tokens,
+    make_profile,
+)
 from specops.profiles._profile import PerformanceProfile
 
 __all__ = [
@@ -140,7 +146,7 @@ _TOUCH_TOKENS = 32
 # The reference the efficiencies are measured on: the Llama-3.1-8B fit on an H100.
 _REF_BANDWIDTH = 3.35e12
 _REF_FLOPS = 989e12
-_REF_WEIGHT_BYTES = 16.06e9
+_REF_WEIGHT_BYTES = WEIGHT_BYTES_8B
 _REF_PARAMETERS = 8.03e9
 _REF_KV_BYTES = 32 * 8 * 128 * 2 * 2
 _REF_DRAFT_KV_BYTES = 8 * 128 * 2 * 2
