@@ -15,10 +15,11 @@ from specops_lab.bench._run import (
     GoodputRulePolicy,
     Policy,
     RunResult,
+    initial_config,
     load_inputs,
     run_policy,
 )
-from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace
+from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace, ServiceSpec
 from specops_lab.bench._truth_table import truth_table
 
 __all__ = [
@@ -92,14 +93,24 @@ def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:
 
 
 def _judge(
-    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult], restart_s: float
+    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult], service: ServiceSpec
 ) -> TraceResults:
     """The oracle per segment: it picks among the fixed configs, the truth's best tables and
     the per-step rule, whichever did best in hindsight (never the controller); and the plan
-    of fixed configs that pays ``restart_s`` a change."""
+    of fixed configs that pays the service's restart downtime a change, from the day-zero
+    config the controller starts at."""
     pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
-    runnable = [p.name for p in candidates if isinstance(p, FixedPolicy)]
-    return oracle(trace, runs, pool, runnable=runnable, restart_s=restart_s)
+    fixed = [p for p in candidates if isinstance(p, FixedPolicy)]
+    day_zero = initial_config(service)
+    start = next((p.name for p in fixed if p.config == day_zero), None)
+    return oracle(
+        trace,
+        runs,
+        pool,
+        runnable=[p.name for p in fixed],
+        restart_s=service.restart_downtime_s,
+        start=start,
+    )
 
 
 def compare_on_trace(
@@ -111,7 +122,7 @@ def compare_on_trace(
     for policy in candidates:
         progress(f"{trace.name}: {policy.name}")
         runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-    return _judge(trace, candidates, runs, suite.service.restart_downtime_s)
+    return _judge(trace, candidates, runs, suite.service)
 
 
 def _run_all(
@@ -171,5 +182,5 @@ def run_suite(
     out = []
     for trace, candidates, on_truth in cases:
         by_name = {policy.name: next(results) for policy in candidates}
-        out.append(_judge(trace, candidates, by_name, on_truth.service.restart_downtime_s))
+        out.append(_judge(trace, candidates, by_name, on_truth.service))
     return out

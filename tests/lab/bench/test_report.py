@@ -162,3 +162,36 @@ def test_back_on_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> N
     # at 1000/s and the one into k3 12 000 more: stay off.
     assert case(600.0) == []
     assert case(3000.0) == ["t:1:c4"]  # 300 000 gained: turn on
+
+
+def test_the_reachable_plan_starts_at_day_zero_and_pays_each_restart() -> None:
+    """From day zero's k3, leaving it in the first segment loses the restart's share of
+    that segment: the plan and its goodput say so, and the mixed target reports the
+    controller against it beside the oracle that switches for free."""
+    runs = {
+        "k1": _run("k1", (100, 300)),
+        "k3": _run("k3", (200, 100)),
+        "specops": _run("specops", (190, 280), 1),
+    }
+    free = oracle(TRACE, runs, ["k1", "k3"], runnable=["k1", "k3"], restart_s=3)
+    assert free.restart_plan == ("k3", "k1")  # 200 + 300 - 3 s at 30/s, over k1's 400
+    assert free.reachable_goodput == (200 + 300 - 90) / 20
+
+    from_k1 = oracle(TRACE, runs, ["k1", "k3"], runnable=["k1", "k3"], restart_s=3, start="k1")
+    # k3 first costs another 3 s at 20/s: 350, and k1 throughout (400) wins
+    assert from_k1.restart_plan == ("k1", "k1")
+    assert from_k1.reachable_goodput == 400 / 20
+
+    target = next(
+        t
+        for t in evaluate_targets([from_k1])
+        if t.target == "mixed: >= 0.95 of the oracle's goodput"
+    )
+    # oracle 25 tok/s, reachable 20, specops 23.5
+    assert "reaches 0.800 of it, specops 1.175 of that" in target.detail
+
+
+def test_without_a_runnable_config_there_is_no_reachable_figure() -> None:
+    runs = {"k1": _run("k1", (100, 300)), "specops": _run("specops", (190, 280))}
+    results = oracle(TRACE, runs, ["k1"])
+    assert results.restart_plan == () and results.reachable_goodput is None
