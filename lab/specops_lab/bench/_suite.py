@@ -19,7 +19,7 @@ from specops_lab.bench._run import (
     load_inputs,
     run_policy,
 )
-from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace, ServiceSpec
+from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace
 from specops_lab.bench._truth_table import truth_table
 
 __all__ = [
@@ -93,14 +93,15 @@ def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:
 
 
 def _judge(
-    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult], service: ServiceSpec
+    trace: LoadTrace, candidates: Sequence[Policy], runs: dict[str, RunResult], suite: BenchSuite
 ) -> TraceResults:
     """The oracle per segment: it picks among the fixed configs, the truth's best tables and
     the per-step rule, whichever did best in hindsight (never the controller); and the plan
-    of fixed configs that pays the service's restart downtime a change, from the day-zero
-    config the controller starts at."""
+    of fixed configs that reacts one controller window late and pays the service's restart
+    downtime a change, from the day-zero config the controller starts at."""
     pool = [p.name for p in candidates if not isinstance(p, ControlledPolicy)]
     fixed = [p for p in candidates if isinstance(p, FixedPolicy)]
+    service, window_s = suite.service, suite.controller.window_s
     day_zero = initial_config(service)
     start = next((p.name for p in fixed if p.config == day_zero), None)
     return oracle(
@@ -109,6 +110,7 @@ def _judge(
         pool,
         runnable=[p.name for p in fixed],
         restart_s=service.restart_downtime_s,
+        react_s=window_s,
         start=start,
     )
 
@@ -122,7 +124,7 @@ def compare_on_trace(
     for policy in candidates:
         progress(f"{trace.name}: {policy.name}")
         runs[policy.name] = run_policy(trace, policy, suite.service, suite.controller)
-    return _judge(trace, candidates, runs, suite.service)
+    return _judge(trace, candidates, runs, suite)
 
 
 def _run_all(
@@ -182,5 +184,5 @@ def run_suite(
     out = []
     for trace, candidates, on_truth in cases:
         by_name = {policy.name: next(results) for policy in candidates}
-        out.append(_judge(trace, candidates, by_name, on_truth.service))
+        out.append(_judge(trace, candidates, by_name, on_truth))
     return out

@@ -195,3 +195,15 @@ def test_without_a_runnable_config_there_is_no_reachable_figure() -> None:
     runs = {"k1": _run("k1", (100, 300)), "specops": _run("specops", (190, 280))}
     results = oracle(TRACE, runs, ["k1"])
     assert results.restart_plan == () and results.reachable_goodput is None
+
+
+def test_the_reachable_plan_serves_a_window_with_the_config_before_each_change() -> None:
+    """A controller sees a window of the new load before it restarts: the plan keeps the
+    config before for ``react_s`` of the segment, then loses the restart."""
+    runs = {"k1": _run("k1", (10, 300)), "k3": _run("k3", (200, 10))}
+    at_once = oracle(TRACE, runs, ["k1", "k3"], runnable=["k1", "k3"], restart_s=3)
+    late = oracle(TRACE, runs, ["k1", "k3"], runnable=["k1", "k3"], restart_s=3, react_s=2)
+    assert at_once.restart_plan == late.restart_plan == ("k3", "k1")
+    assert at_once.reachable_goodput == (200 + 7 * 30) / 20
+    # 2 s more of k3 at 1 tok/s, then 3 s of restart, then 5 s of k1 at 30 tok/s
+    assert late.reachable_goodput == (200 + 2 * 1 + 5 * 30) / 20
