@@ -22,7 +22,7 @@ from specops.observation import (
     PodObservation,
     WindowObservation,
 )
-from specops.policy import BatchDistribution, SpecConfig, StepPoint
+from specops.policy import BatchDistribution, SpecConfig, StepPoint, TpotHistogram
 
 __all__ = ["ServiceWindow", "batch_distribution", "service_window"]
 
@@ -99,6 +99,23 @@ def _context_tokens(
             estimates.append((kv.mean * kv_capacity_tokens / running.mean, running.mean))
     found = _weighted(estimates)
     return found if found is not None else default
+
+
+def _tpot_histogram(windows: Sequence[WindowObservation]) -> TpotHistogram | None:
+    """The pods' request TPOT histograms as one; None when none sent its buckets (or
+    their buckets differ, which one engine release does not do)."""
+    merged: TpotHistogram | None = None
+    for w in windows:
+        tpot = w.outcome.tpot
+        if tpot is None or not tpot.bounds or tpot.observations <= 0:
+            continue
+        found = TpotHistogram.from_fractions(
+            tpot.bounds, tpot.cumulative_fractions, tpot.observations, tpot.mean_seconds
+        )
+        if merged is not None and merged.bounds != found.bounds:
+            return None
+        merged = found if merged is None else merged.plus(found)
+    return merged
 
 
 def _decoding(point: CostPointObservation) -> float:
@@ -290,6 +307,7 @@ def service_window(
     ]
     tpot = _weighted(tpots)
     control_input = ControlInput(
+        tpot_histogram=_tpot_histogram(windows),
         window_end=min(p.latest_reading_at or p.observed_at for p, _ in used),
         load=load,
         context_tokens=context,

@@ -35,6 +35,8 @@ from specops.policy import (
     SpecConfig,
     SpeedModel,
     StepPoint,
+    TpotHistogram,
+    TpotSpread,
     acceptance_from_counters,
     choose,
     crossovers,
@@ -161,6 +163,9 @@ class ControlSettings:
     ``canary``: with two or more replicas a change is first measured on one pod
     (:mod:`specops.control._canary`) over ``canary_windows`` windows, at most
     ``canary_max_windows``, before the fleet follows.
+
+    ``tpot_spread``: the prior of how far a request's TPOT strays from a config's mean
+    (:mod:`specops.policy._spread`); each window's TPOT histogram measures it.
     """
 
     mode: Mode = Mode.AUTO
@@ -188,6 +193,7 @@ class ControlSettings:
     canary: bool = True
     canary_windows: int = 3
     canary_max_windows: int = 8
+    tpot_spread: TpotSpread = field(default_factory=TpotSpread)
 
     def __post_init__(self) -> None:
         if self.margin < 0 or self.min_gain < 0:
@@ -213,7 +219,8 @@ class ControlInput:
     ``problem`` says why there are no usable measurements at all (empty when there are).
     ``cost_points`` are the window's measured steps, for the step-time posterior;
     ``prefill_per_token`` the prompt tokens computed per output token over it; ``tpot_s``
-    the mean time per output token. ``canary`` is the same window of the canary's pods,
+    the mean time per output token, ``tpot_histogram`` the requests' TPOTs by bucket (how
+    far they spread around it). ``canary`` is the same window of the canary's pods,
     while one runs (None when it gave no reading), measured apart from the rest.
     """
 
@@ -227,6 +234,7 @@ class ControlInput:
     cost_points: tuple[StepPoint, ...] = ()
     prefill_per_token: float = 0.0
     tpot_s: float | None = None
+    tpot_histogram: TpotHistogram | None = None
     canary: ControlInput | None = None
 
 
@@ -465,6 +473,7 @@ def _policy(
     service: ServiceModel,
     cost: LearnedCost,
     settings: ControlSettings,
+    spread: TpotSpread,
 ) -> PolicyChoice:
     curve, drafts = acceptance
     return choose(
@@ -475,6 +484,7 @@ def _policy(
             cost=cost,
             context_tokens=measured.context_tokens,
             prefill_per_token=measured.prefill_per_token,
+            spread=spread,
             current=state.config,
             objective=settings.objective,
             k_min=settings.k_min,
@@ -660,10 +670,20 @@ def _evaluate(
     """The policy's choice for the regime (with ``cost``, the posterior's mean), its gain
     under the posterior, and the crossovers the profile alone predicts, to set beside the
     measured ones."""
-    choice = _policy(state, regime, acceptance, measured, service, cost, settings)
+    busiest = max(regime.load.weights, key=lambda w: w[1])[0]
+    spread = settings.tpot_spread.measured(
+        measured.tpot_histogram, acceptance[0], state.config.k_for_batch(busiest)
+    )
+    choice = _policy(state, regime, acceptance, measured, service, cost, settings, spread)
     # One speed model a posterior draw, shared by both looks at the draws (their memo too).
     models = tuple(
-        SpeedModel(cost, choice.acceptance, measured.context_tokens, measured.prefill_per_token)
+        SpeedModel(
+            cost,
+            choice.acceptance,
+            measured.context_tokens,
+            measured.prefill_per_token,
+            spread,
+        )
         for cost in posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
     )
     likely, bands = _under_posterior(
@@ -674,6 +694,7 @@ def _evaluate(
         choice.acceptance,
         measured.context_tokens,
         measured.prefill_per_token,
+        spread,
     )
     prior_crossovers = crossovers(
         prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
@@ -725,14 +746,23 @@ def _over_the_mixture(
     if len(past) < 2 or evaluation.probe or choice.config == state.config:
         return evaluation
     spans = [*past, (regime.load, evaluation.horizon)]
-    model = SpeedModel(cost, choice.acceptance, measured.context_tokens, measured.prefill_per_token)
+    model = SpeedModel(
+        cost, choice.acceptance, measured.context_tokens, measured.prefill_per_token, choice.spread
+    )
 
     def value(config: SpecConfig, load: BatchDistribution) -> float:
         return predict(config, load, model, settings.objective).value
 
     def best(load: BatchDistribution) -> PolicyChoice:
         return _policy(
-            state, replace(regime, load=load), acceptance, measured, service, cost, settings
+            state,
+            replace(regime, load=load),
+            acceptance,
+            measured,
+            service,
+            cost,
+            settings,
+            choice.spread,
         )
 
     # This regime's best is the choice already made for it.

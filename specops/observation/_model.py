@@ -151,6 +151,13 @@ class LatencyObservation(_Model):
     p50_seconds: float
     p90_seconds: float
     p99_seconds: float
+    bounds: list[float] = Field(
+        default_factory=list,
+        description="Finite bucket upper bounds (empty from sidecars older than this field).",
+    )
+    cumulative_fractions: list[float] = Field(
+        default_factory=list, description="Fraction of the observations at or below each bound."
+    )
 
 
 class OutcomeObservation(_Estimate):

@@ -320,14 +320,22 @@ def _merged(intervals: Sequence[Interval], hist: Hist) -> Histogram | None:
 def _latency(intervals: Sequence[Interval], hist: Hist) -> LatencyObservation | None:
     merged = _merged(intervals, hist)
     found = latency_quantiles(merged) if merged is not None else None
-    if found is None:
+    if merged is None or found is None:
         return None
+    total = merged.cumulative[-1]
+    finite = [
+        (b, c / total)
+        for b, c in zip(merged.bounds, merged.cumulative, strict=True)
+        if b != math.inf
+    ]
     return LatencyObservation(
         observations=found.observations,
         mean_seconds=found.mean,
         p50_seconds=found.p50,
         p90_seconds=found.p90,
         p99_seconds=found.p99,
+        bounds=[b for b, _ in finite],
+        cumulative_fractions=[f for _, f in finite],
     )
 
 

@@ -30,6 +30,7 @@ from specops.policy._learn import (
 )
 from specops.policy._load import BatchDistribution
 from specops.policy._measure import acceptance_from_counters, draft_reach
+from specops.policy._spread import TpotHistogram, TpotSpread, acceptance_sensitivity, share_within
 
 __all__ = [
     "TERMS",
@@ -54,7 +55,10 @@ __all__ = [
     "StepPoint",
     "StepShape",
     "StepTime",
+    "TpotHistogram",
+    "TpotSpread",
     "acceptance_from_counters",
+    "acceptance_sensitivity",
     "best_k_by_batch",
     "choose",
     "cost_prior",
@@ -64,4 +68,5 @@ __all__ = [
     "merge_ranges",
     "predict",
     "relative_gain",
+    "share_within",
 ]

@@ -19,6 +19,7 @@ from specops.policy._acceptance import AcceptanceCurve
 from specops.policy._config import ScheduleRange, SpecConfig
 from specops.policy._cost import StepShape, StepTime
 from specops.policy._load import BatchDistribution
+from specops.policy._spread import TpotSpread, share_within
 
 __all__ = [
     "Crossover",
@@ -91,9 +92,18 @@ class SpeedModel:
     acceptance: AcceptanceCurve
     context_tokens: float
     prefill_per_token: float = 0.0
+    spread: TpotSpread = field(default_factory=TpotSpread)
     _memo: dict[tuple[int, int, bool], PointEstimate] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _sigmas: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+
+    def within(self, point: PointEstimate, target_s: float) -> float:
+        """The share of requests whose own TPOT meets ``target_s`` at ``point``."""
+        sigma = self._sigmas.get(point.k)
+        if sigma is None:
+            sigma = self._sigmas[point.k] = self.spread.sigma(self.acceptance, point.k)
+        return share_within(point.tpot_s, target_s, sigma)
 
     def point(self, batch: int, k: int, table: bool = False) -> PointEstimate:
         """One step at ``batch`` with ``k`` drafts, under a per-batch-size table or not."""
@@ -175,9 +185,9 @@ def merge_ranges(best_by_batch: Sequence[int]) -> tuple[ScheduleRange, ...]:
 class Prediction:
     """Expected figures of one config over the batch-size distribution.
 
-    ``mean_tpot_s`` weighs each batch size by time; ``goodput`` counts tokens only at batch
-    sizes whose TPOT meets the target (all of them when there is none); ``value`` is the
-    objective, higher is better.
+    ``mean_tpot_s`` weighs each batch size by time; ``goodput`` counts the tokens of the
+    share of requests whose own TPOT meets the target at each batch size (all of them when
+    there is none); ``value`` is the objective, higher is better.
     """
 
     config: SpecConfig
@@ -197,8 +207,8 @@ def predict(
         point = model.point(batch, config.k_for_batch(batch), table)
         throughput += weight * point.throughput
         tpot += weight * point.tpot_s
-        if target is None or point.tpot_s <= target:
-            goodput += weight * point.throughput
+        share = 1.0 if target is None else model.within(point, target)
+        goodput += weight * point.throughput * share
     value = {
         ObjectiveKind.THROUGHPUT: throughput,
         ObjectiveKind.LATENCY: 1.0 / tpot,
@@ -238,6 +248,7 @@ class PolicyInput:
     current: SpecConfig
     objective: Objective = Objective()
     prefill_per_token: float = 0.0
+    spread: TpotSpread = field(default_factory=TpotSpread)
     k_min: int = 1
     k_max: int = 7
     max_batch: int = 256
@@ -264,7 +275,8 @@ class PolicyInput:
 @dataclass(frozen=True)
 class PolicyChoice:
     """The chosen config with its prediction; ``acceptance`` is the curve it predicted with
-    (the measured one's lower bound), so a caller can re-predict under other step costs."""
+    (the measured one's lower bound) and ``spread`` the requests' TPOT spread, so a caller
+    can re-predict under other step costs."""
 
     config: SpecConfig
     predicted: Prediction
@@ -275,6 +287,7 @@ class PolicyChoice:
     schedule: bool
     reason: str
     acceptance: AcceptanceCurve
+    spread: TpotSpread = field(default_factory=TpotSpread)
 
     @property
     def gain_over_current(self) -> float:
@@ -304,7 +317,9 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         if inputs.drafts_seen > 0
         else inputs.acceptance
     )
-    model = SpeedModel(inputs.cost, curve, inputs.context_tokens, inputs.prefill_per_token)
+    model = SpeedModel(
+        inputs.cost, curve, inputs.context_tokens, inputs.prefill_per_token, inputs.spread
+    )
     ks = inputs.candidate_ks
     cross = crossovers(model, ks, inputs.max_batch)
     off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)
@@ -369,6 +384,8 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
             f"({load_words}) it predicts {gain:+.1%} {goal} over no speculation{runner_words}; "
             f"crossovers {cross_words}."
         )
+    if inputs.objective.kind is ObjectiveKind.GOODPUT:
+        reason = f"{reason} Each request counts by its own TPOT: {inputs.spread.describe()}."
     return PolicyChoice(
         config=best.config,
         predicted=best,
@@ -379,4 +396,5 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         schedule=schedule,
         reason=reason,
         acceptance=curve,
+        spread=inputs.spread,
     )

@@ -21,7 +21,9 @@ from specops.observation import (
     distribution_observation,
 )
 
-__all__ = ["pod_observation"]
+__all__ = ["TPOT_BOUNDS", "pod_observation"]
+
+TPOT_BOUNDS = (0.01, 0.025, 0.05)
 
 
 def _distribution(values: Sequence[float], bounds: Sequence[float]) -> DistributionObservation:
@@ -44,9 +46,11 @@ def pod_observation(
     tokens_per_second: float = 1000.0,
     cost_points: Sequence[CostPointObservation] = (),
     tpot_s: float | None = None,
+    tpot_below: Sequence[float] = (),
 ) -> PodObservation:
     """A pod that sampled ``running`` over the window with per-token acceptance ``alpha``
-    (and, with ``tpot_s``, that mean time per output token)."""
+    (and, with ``tpot_s``, that mean time per output token over 1000 requests, with
+    ``tpot_below`` the share of them at or below 10, 25 and 50 ms)."""
     ok = EstimateStatus.OK
     per_position = [alpha ** (i + 1) for i in range(k)]
     acceptance = (
@@ -85,6 +89,8 @@ def pod_observation(
                 p50_seconds=tpot_s,
                 p90_seconds=tpot_s,
                 p99_seconds=tpot_s,
+                bounds=list(TPOT_BOUNDS[: len(tpot_below)]),
+                cumulative_fractions=list(tpot_below),
             )
             if tpot_s is not None
             else None,

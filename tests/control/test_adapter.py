@@ -241,3 +241,17 @@ def test_prompt_tokens_per_output_token_come_from_the_pods_counters() -> None:
         _window([pod_observation("a", at=NOW, running=[8] * 30)]).control_input.prefill_per_token
         == 0.0
     )
+
+
+def test_the_pods_tpot_histograms_add_up_request_by_request() -> None:
+    """Each pod's share of requests under each bound, weighed by its requests; a pod from
+    a sidecar that sends no buckets adds nothing (the mean TPOT still counts it)."""
+    a = pod_observation("a", at=NOW, running=[4] * 10, tpot_s=0.02, tpot_below=(0.0, 0.9, 1.0))
+    b = pod_observation("b", at=NOW, running=[4] * 10, tpot_s=0.03, tpot_below=(0.0, 0.5, 1.0))
+    old = pod_observation("c", at=NOW, running=[4] * 10, tpot_s=0.04)
+    histogram = _window([a, b, old]).control_input.tpot_histogram
+    assert histogram is not None
+    assert histogram.bounds == (0.01, 0.025, 0.05)
+    assert histogram.cumulative == pytest.approx((0.0, 1400.0, 2000.0))
+    assert histogram.count == 2000 and histogram.mean_s == pytest.approx(0.025)
+    assert _window([old]).control_input.tpot_histogram is None

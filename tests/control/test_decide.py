@@ -23,8 +23,11 @@ from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
     DraftCost,
+    Objective,
+    ObjectiveKind,
     SpecConfig,
     StepCostModel,
+    TpotHistogram,
     cost_prior,
     draft_reach,
 )
@@ -303,3 +306,21 @@ def test_a_window_at_a_shorter_k_keeps_what_a_longer_k_measured_past_it() -> Non
     assert state.acceptance.rates == pytest.approx((0.6, 0.3, 0.15))
     assert state.regime is not None and state.regime.acceptance is not None
     assert state.regime.acceptance.measured_positions == 3
+
+
+def test_goodput_counts_requests_by_the_spread_the_window_measured() -> None:
+    """At batch 4, k=1 runs at 12 ms a token on average, k=3 at 13.9 ms, against a 12.5 ms
+    target: k=1's requests do not all meet it. The window's TPOT histogram (at k=3, 2000
+    requests, a tenth under 10 ms) measures how far they spread, and the decision says
+    so; without one it counts by the prior."""
+    goodput = replace(SETTINGS, objective=Objective(ObjectiveKind.GOODPUT, tpot_target_s=0.0125))
+    histogram = TpotHistogram((0.01, 0.025, 0.05), (200.0, 1900.0, 2000.0), 2000.0, 0.0139)
+    state = ControllerState.initial(SpecConfig.static(3))
+    measured = decide(state, replace(_steady(0), tpot_histogram=histogram), ONE_K, goodput, 0)
+    assert "measured from 2000 requests" in measured.reason
+    prior = decide(state, _steady(0), ONE_K, goodput, 0)
+    assert "the prior" in prior.reason
+    # a wide measured spread leaves k=1 fewer of its requests within the target
+    assert measured.config == prior.config == SpecConfig.static(1)
+    assert measured.predicted_gain is not None and prior.predicted_gain is not None
+    assert measured.predicted_gain < prior.predicted_gain

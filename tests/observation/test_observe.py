@@ -88,6 +88,9 @@ def test_estimates_match_the_engine_truth() -> None:
     assert outcome.itl is not None and outcome.tpot is not None
     assert 0.025 <= outcome.itl.p50_seconds <= 0.05
     assert 0.01 <= outcome.tpot.p50_seconds <= 0.025
+    # every request took 20 ms: none at or below the 10 ms bound, all at or below 25 ms
+    assert outcome.tpot.bounds[:2] == [0.01, 0.025]
+    assert outcome.tpot.cumulative_fractions[:2] == [0.0, 1.0]
     assert outcome.output_tokens_per_second == pytest.approx(
         sum(round(15.0 / true_step_seconds(b)) * b * (1 + sum(RATES)) for b in batches)
         / (10 * 15.0),

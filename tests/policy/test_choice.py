@@ -4,6 +4,8 @@ Step time 10 ms + 1 ms per batched token, nothing else; per-token acceptance 0.5
 E(1) = 1.5, E(2) = 1.75, E(3) = 1.875. TPOT(k, B) = (10 + (k + 1) B) / E(k) ms.
 """
 
+import math
+
 import pytest
 
 from specops.policy import (
@@ -18,6 +20,7 @@ from specops.policy import (
     SpeedModel,
     StepCostModel,
     StepShape,
+    TpotSpread,
     best_k_by_batch,
     choose,
     crossovers,
@@ -135,15 +138,32 @@ def test_objectives_disagree_on_a_spread_load() -> None:
     assert latency.predicted.mean_tpot_s == pytest.approx(0.6 * 14 / 1.5e3 + 0.4 * 50 / 1.5e3)
 
 
-def test_goodput_counts_only_batches_within_the_target() -> None:
+def test_goodput_counts_only_batches_within_the_target_when_requests_are_alike() -> None:
     # 10 ms target: k=0 misses at both B=2 (12 ms) and B=20 (30 ms), so its goodput is 0;
     # at B=2, k=1 (9.33 ms), k=2 (9.14 ms) and k=3 (9.6 ms) meet it; k=2 delivers most.
     goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=0.010)
-    choice = choose(_inputs({2: 0.5, 20: 0.5}, objective=goodput))
+    alike = TpotSpread(base=0.0, heterogeneity=0.0)
+    choice = choose(_inputs({2: 0.5, 20: 0.5}, objective=goodput, spread=alike))
     assert choice.config == SpecConfig.static(2)
     assert choice.baseline.goodput == 0.0
     assert choice.predicted.goodput == pytest.approx(0.5 * 2 * 1.75 / 0.016)
     assert "goodput within a 10 ms TPOT target" in choice.reason
+
+
+def test_goodput_counts_the_share_of_requests_within_the_target() -> None:
+    """Requests spread around a config's mean TPOT: one just under the target loses the
+    requests above it, one just over keeps those below it."""
+    goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=0.010)
+    spread = TpotSpread(base=0.1, heterogeneity=0.0)
+    choice = choose(_inputs({2: 1.0}, objective=goodput, spread=spread))
+    k2 = next(p for p in choice.candidates if p.config == SpecConfig.static(2))
+    # k=2 at B=2: 9.14 ms against 10 ms, log sd 0.1
+    share = 0.5 * (1 + math.erf((math.log(10 / (16 / 1.75)) + 0.005) / 0.1 / math.sqrt(2)))
+    assert k2.goodput == pytest.approx(k2.throughput * share)
+    assert 0.8 < share < 0.9
+    # off at 12 ms still has the requests that run faster than its mean
+    assert 0 < choice.baseline.goodput < 0.1 * choice.baseline.throughput
+    assert "measured" not in choice.reason and "the prior" in choice.reason
 
 
 def test_goodput_objective_needs_a_target() -> None:
