@@ -5,7 +5,10 @@ to know when the current regime began, and must not mistake noise for a new one.
 window is compared with a running average of the regime's windows: the batch-size
 distribution by a KS distance that ignores moves within a slack factor, the acceptance
 by its relative change. Only ``confirmations`` disagreeing windows in a row start a new
-regime, dated from the first of them.
+regime, dated from the first of them, except a window whose acceptance moved by more than
+``decisive_acceptance_shift``: a window's acceptance comes from thousands of drafts, so a
+move that large is the workload's, not noise (a load's distribution, by contrast, moves
+that much in a burst that does not last).
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ class RegimeSettings:
     distance: float = 0.4
     slack: float = 0.25
     acceptance_shift: float = 0.08
+    decisive_acceptance_shift: float = 0.25
     confirmations: int = 2
     memory: int = 10
 
     def __post_init__(self) -> None:
         if not 0 < self.distance <= 1:
             raise ValueError(f"regime distance must be in (0, 1], got {self.distance}")
+        if self.decisive_acceptance_shift < self.acceptance_shift:
+            raise ValueError("decisive_acceptance_shift must be >= acceptance_shift")
         if self.confirmations < 1 or self.memory < 1:
             raise ValueError("regime confirmations and memory must be >= 1")
 
@@ -53,14 +59,13 @@ class Regime:
         return max(now - self.started_at, 0.0)
 
 
-def _acceptance_moved(
-    before: AcceptanceCurve | None, now: AcceptanceCurve | None, threshold: float
-) -> bool:
+def _acceptance_move(before: AcceptanceCurve | None, now: AcceptanceCurve | None) -> float:
+    """The relative change of E(k) over the positions both measured; 0 if one is unknown."""
     if before is None or now is None:
-        return False
+        return 0.0
     positions = min(before.measured_positions, now.measured_positions)
     old, new = before.expected_tokens(positions), now.expected_tokens(positions)
-    return abs(new / old - 1.0) > threshold
+    return abs(new / old - 1.0)
 
 
 def _blend(
@@ -87,12 +92,15 @@ def track_regime(
     """
     if regime is None:
         return Regime(load, acceptance, at, drafts if acceptance is not None else 0.0), True
-    moved = regime.load.shift_distance(load, settings.slack) > settings.distance or (
-        _acceptance_moved(regime.acceptance, acceptance, settings.acceptance_shift)
+    acceptance_move = _acceptance_move(regime.acceptance, acceptance)
+    moved = (
+        regime.load.shift_distance(load, settings.slack) > settings.distance
+        or acceptance_move > settings.acceptance_shift
     )
     if moved:
         since = regime.doubted_since if regime.doubted_since is not None else at
-        if regime.doubts + 1 >= settings.confirmations:
+        decisive = acceptance_move > settings.decisive_acceptance_shift
+        if decisive or regime.doubts + 1 >= settings.confirmations:
             return Regime(load, acceptance, since, drafts if acceptance is not None else 0.0), True
         return replace(regime, doubted_since=since, doubts=regime.doubts + 1), False
     weight = 1.0 / min(regime.windows + 1, settings.memory)

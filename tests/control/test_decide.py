@@ -324,3 +324,19 @@ def test_goodput_counts_requests_by_the_spread_the_window_measured() -> None:
     assert measured.config == prior.config == SpecConfig.static(1)
     assert measured.predicted_gain is not None and prior.predicted_gain is not None
     assert measured.predicted_gain < prior.predicted_gain
+
+
+def test_a_collapse_of_acceptance_starts_a_new_regime_in_one_window() -> None:
+    """A moderate change of acceptance needs two windows in a row to count as a new
+    regime; one that moves E(k) by more than a quarter is the workload's, and starts one
+    at once."""
+    state = ControllerState.initial(SpecConfig.static(3))
+    for tick in range(5):
+        state = decide(
+            state, _window(60.0 * tick, [4] * 60, alpha=0.5), ONE_K, SETTINGS, 60.0 * tick
+        ).state
+    # E(3) at alpha 0.5 is 1.875; at 0.4 it is 1.624 (-13 %), at 0.2 1.248 (-33 %)
+    moderate = decide(state, _window(300.0, [4] * 60, alpha=0.4), ONE_K, SETTINGS, 300.0)
+    assert not moderate.new_regime
+    collapse = decide(state, _window(300.0, [4] * 60, alpha=0.2), ONE_K, SETTINGS, 300.0)
+    assert collapse.new_regime
