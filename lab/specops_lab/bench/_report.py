@@ -196,24 +196,45 @@ def _regime_changes(trace: LoadTrace) -> int:
     return changes
 
 
+def _statics(results: TraceResults) -> list[str]:
+    """The single-config runs among the fixed ones: off and each static k."""
+    return [p for p in results.fixed if p == "off" or (p.startswith("k") and p[1:].isdigit())]
+
+
 def _steady_targets(results: TraceResults) -> list[TargetResult]:
+    """Per concurrency: never more than 2 % below no speculation, and within 3 % of the
+    best single config (off or a static k; the per-step rule and the truth's tables are
+    the oracle's, not static). Where no config meets the TPOT target at all, the
+    controller cannot be below it."""
     out = []
     controlled = results.runs[CONTROLLED]
+    statics = _statics(results)
     for index, segment in enumerate(results.trace.segments):
+        where = f"{results.trace.name}@c{segment.concurrency}"
         mine = controlled.segments[index].goodput
-        best_name = max(results.fixed, key=lambda n: results.runs[n].segments[index].goodput)
+        if "off" in results.runs:
+            off = results.runs["off"].segments[index].goodput
+            out.append(
+                TargetResult(
+                    "steady: never more than 2% below no speculation",
+                    where,
+                    mine >= 0.98 * off,
+                    f"specops {mine:.0f} tok/s goodput, off {off:.0f}"
+                    + (f" ({mine / off:.3f})" if off else ""),
+                )
+            )
+        if not statics:
+            continue
+        best_name = max(statics, key=lambda n: results.runs[n].segments[index].goodput)
         best = results.runs[best_name].segments[index].goodput
-        off = results.runs["off"].segments[index].goodput if "off" in results.runs else None
-        ratio = mine / best if best else float("nan")
-        ok = ratio >= 0.97 and (off is None or mine >= 0.98 * off)
-        off_words = f", {mine / off:.3f} of no speculation" if off else ""
         out.append(
             TargetResult(
-                "steady: within 3% of the best static, never >2% below off",
-                f"{results.trace.name}@c{segment.concurrency}",
-                ok,
-                f"specops {mine:.0f} tok/s goodput = {ratio:.3f} of best static "
-                f"({best_name}, {best:.0f}){off_words}",
+                "steady: within 3% of the best static config",
+                where,
+                mine >= 0.97 * best,
+                f"specops {mine:.0f} tok/s goodput = "
+                + (f"{mine / best:.3f} of" if best else "no config meets the target;")
+                + f" best static ({best_name}, {best:.0f})",
             )
         )
     # Each steady run starts from day zero's k: one move to the load's config is the answer
@@ -241,7 +262,7 @@ def _mixed_targets(results: TraceResults) -> list[TargetResult]:
     name = results.trace.name
     mine = results.summary(CONTROLLED).goodput
     best_oracle = results.summary(ORACLE).goodput
-    statics = [p for p in results.fixed if p == "off" or (p.startswith("k") and p[1:].isdigit())]
+    statics = _statics(results)
     reachable = results.reachable_goodput
     bound = (
         f"; hindsight's best plan, a window late and paying restarts from day zero, "
@@ -393,9 +414,7 @@ def cross_table(all_results: Sequence[TraceResults]) -> list[str]:
         if CONTROLLED not in results.runs:
             continue
         mine = results.summary(CONTROLLED)
-        statics = [
-            p for p in results.fixed if p == "off" or (p.startswith("k") and p[1:].isdigit())
-        ]
+        statics = _statics(results)
 
         best = max(statics, key=lambda p: results.summary(p).goodput, default=None)
         name = results.trace.name.split("@")[0]

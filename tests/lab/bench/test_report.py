@@ -207,3 +207,25 @@ def test_the_reachable_plan_serves_a_window_with_the_config_before_each_change()
     assert at_once.reachable_goodput == (200 + 7 * 30) / 20
     # 2 s more of k3 at 1 tok/s, then 3 s of restart, then 5 s of k1 at 30 tok/s
     assert late.reachable_goodput == (200 + 2 * 1 + 5 * 30) / 20
+
+
+def test_steady_targets_hold_the_controller_to_off_and_to_the_best_static_config() -> None:
+    """The per-step rule is the oracle's, not a static config; where nothing meets the
+    TPOT target at all, the controller is not below anything."""
+    trace = TRACE.model_copy(update={"sweep": True})
+    runs = {
+        "off": _run("off", (100, 0)),
+        "k3": _run("k3", (200, 0)),
+        "turbospec": _run("turbospec", (300, 0)),
+        "specops": _run("specops", (195, 0)),
+    }
+    found = {
+        (t.target, t.trace): t
+        for t in evaluate_targets([oracle(trace, runs, ["off", "k3", "turbospec"])])
+    }
+    assert found[("steady: never more than 2% below no speculation", "t@c4")].passed
+    best = found[("steady: within 3% of the best static config", "t@c4")]
+    assert best.passed and "(k3, 20)" in best.detail  # 19.5 of 20, not of turbospec's 30
+    nothing = found[("steady: within 3% of the best static config", "t@c64")]
+    assert nothing.passed and "no config meets the target" in nothing.detail
+    assert found[("steady: never more than 2% below no speculation", "t@c64")].passed
