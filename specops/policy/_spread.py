@@ -158,8 +158,8 @@ class TpotSpread:
             else "the prior"
         )
         return (
-            f"per-request TPOT spread {self.base:.2f} + {self.heterogeneity:.2f} x "
-            f"acceptance sensitivity (log sd; {source})"
+            f"per-request TPOT log spread, base {self.base:.2f} and acceptance "
+            f"heterogeneity {self.heterogeneity:.2f} ({source})"
         )
 
 
