@@ -580,8 +580,7 @@ def _worth_probing(
     pays_likely = likely >= settings.min_gain and likely * horizon > restart
     if pays_likely or not pays_at_mean:
         return False
-    busiest = max(load.weights, key=lambda w: w[1])[0]
-    k = choice.config.k_for_batch(busiest)
+    k = choice.config.k_for_batch(load.busiest)
     return k not in state.cost_evidence.ks
 
 
@@ -670,9 +669,8 @@ def _evaluate(
     """The policy's choice for the regime (with ``cost``, the posterior's mean), its gain
     under the posterior, and the crossovers the profile alone predicts, to set beside the
     measured ones."""
-    busiest = max(regime.load.weights, key=lambda w: w[1])[0]
     spread = settings.tpot_spread.measured(
-        measured.tpot_histogram, acceptance[0], state.config.k_for_batch(busiest)
+        measured.tpot_histogram, acceptance[0], state.config.k_for_batch(regime.load.busiest)
     )
     choice = _policy(state, regime, acceptance, measured, service, cost, settings, spread)
     # One speed model a posterior draw, shared by both looks at the draws (their memo too).

@@ -76,6 +76,11 @@ class BatchDistribution:
     def max_batch(self) -> int:
         return self.weights[-1][0]
 
+    @property
+    def busiest(self) -> int:
+        """The batch size the engine spent the most time at."""
+        return max(self.weights, key=lambda w: w[1])[0]
+
     def quantile(self, q: float) -> int:
         """The smallest batch size with at least ``q`` of the weight at or below it."""
         if not 0.0 <= q <= 1.0:
