@@ -57,6 +57,12 @@ TERMS = (
     "table",
 )
 _DIM = len(TERMS)
+# The terms the profile prices in full: the roofline's weights read, KV read and FLOPs, the
+# draft's pass and its fixed cost. The rest it has no figure for (per_token, the knee's
+# curvature) or only a part of: per_drafted is the head's compute per token, but drafting
+# and verifying each proposed token also costs rejection sampling and the per-request
+# bookkeeping of every position, host work that no datasheet gives.
+_PRICED = frozenset({"fixed", "per_context", "past_knee", "per_position", "speculating"})
 _TRIES = 64
 # Feature units keep the normal equations well conditioned: seconds per 1 (fixed), per
 # 1000 batched tokens, per 1e6 context tokens, per draft position.
@@ -173,10 +179,15 @@ def cost_prior(
 
     The knee is where the profile's roofline turns compute-bound (the weights read
     equals the FLOPs at peak); without a roofline the knee is put at 256 tokens and its
-    terms start at 0. Each standard deviation is ``relative_stddev`` of its term's mean,
-    and never less than what moves a k = 3 step at batch 32 or 256 by ``floor_fraction``
-    of its time, so a term the profile sets to 0 can still be learned. Small values of
-    both say the profile is known to be right (a calibrated engine).
+    terms start at 0. A term the profile prices in full has a standard deviation of
+    ``relative_stddev`` of its mean. One it has no figure for, or prices only in part (the
+    cost of each drafted token), has never less than what moves a k = 3 step at batch 32
+    or 256 by ``floor_fraction`` of its time, so it can still be learned. The split
+    matters where one k ran: all the terms move the step together there, and a step longer
+    than the prior's is put mostly on the terms it knows least. Were the weights read as
+    vague as the verification's host work, the posterior would raise what speculation off
+    also pays, and keep a losing k. Small values of both deviations say the profile is
+    known to be right (a calibrated engine).
     """
     if model.peak_flops > 0 and model.flops_per_token > 0:
         per_flop_token = model.flops_per_token / model.peak_flops
@@ -204,7 +215,10 @@ def cost_prior(
         for i, x in enumerate(_shape_features(shape, knee, zero_row_positions)):
             if x > 0:
                 floors[i] = min(floors[i], floor_fraction * seconds / x)
-    stddev = [max(relative_stddev * abs(m), floor) for m, floor in zip(mean, floors, strict=True)]
+    stddev = [
+        relative_stddev * m if m > 0 and term in _PRICED else max(relative_stddev * m, floor)
+        for term, m, floor in zip(TERMS, mean, floors, strict=True)
+    ]
     table = TERMS.index("table")
     stddev[table] = max(mean[table], 1e-6)
     return CostPrior(

@@ -92,6 +92,22 @@ def test_points_at_two_ks_teach_the_crossover_the_prior_misses() -> None:
     assert evidence.ks == (0, 3)
 
 
+def test_steps_at_one_k_longer_than_the_profile_says_are_put_on_drafting() -> None:
+    # The engine's per-drafted-token cost is 25x the profile's head compute; only k = 3 ran,
+    # at batches around 160, where off is 18 % ahead on the engine. The weights read is
+    # priced by the profile, the verification's host work is not: the excess goes mostly to
+    # drafting rather than to what off pays too, and the prediction favours off as well.
+    prior = cost_prior(PROFILE)
+    evidence = CostEvidence().add(_points(3, [144, 152, 160, 168, 176] * 4), prior)
+    model = CostPosterior.of(prior, evidence).model()
+    assert model.step_time(StepShape(160, 3, 160 * CONTEXT)) == pytest.approx(
+        _truth(160, 3), rel=0.05
+    )
+    speed = SpeedModel(model, ACCEPTANCE, CONTEXT)
+    assert _truth(160, 3) > 1.15 * ACCEPTANCE.expected_tokens(3) * _truth(160, 0)
+    assert speed.point(160, 0).throughput > speed.point(160, 3).throughput
+
+
 def test_each_point_counts_once() -> None:
     prior = cost_prior(PROFILE)
     once = CostEvidence().add(_points(3, [4, 8]), prior)
