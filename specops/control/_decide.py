@@ -737,11 +737,13 @@ def _over_the_mixture(
     restarting each time, and the choice is that config, or the config in force when it is
     that config. Its gain over the config in force is judged as any change's: the mean's,
     and the one it beats with the asked confidence under the posterior draws (``models``),
-    since the one config may run at a load where it was never measured.
+    since the one config may run at a load where it was never measured. A probe is set
+    against the mixture too: a config tried for this regime alone is no experiment worth
+    its restart when the mixture's one config serves the loads that come back better.
     """
     choice = evaluation.choice
     past = list(zip(state.past_loads, state.regime_lengths[-len(state.past_loads) :], strict=True))
-    if len(past) < 2 or evaluation.probe or choice.config == state.config:
+    if len(past) < 2 or choice.config == state.config:
         return evaluation
     spans = [*past, (regime.load, evaluation.horizon)]
     model = SpeedModel(
@@ -793,6 +795,8 @@ def _over_the_mixture(
         likely=likely,
         mean_gain=gain,
         horizon=sum(seconds for _, seconds in spans),
+        probe=False,
+        upside=None,
     )
 
 

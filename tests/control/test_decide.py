@@ -16,17 +16,20 @@ from specops.control import (
     ControllerState,
     ControlSettings,
     Mode,
+    ReasonCode,
     ServiceModel,
     decide,
 )
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
+    CostEvidence,
     DraftCost,
     Objective,
     ObjectiveKind,
     SpecConfig,
     StepCostModel,
+    StepPoint,
     TpotHistogram,
     cost_prior,
     draft_reach,
@@ -293,6 +296,40 @@ def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switc
     # With cheap restarts, switching per regime pays again.
     cheap = decide(history, measured, ONE_K, replace(SETTINGS, restart_cost_s=1.0), 0)
     assert cheap.action is Action.RECONFIGURE and cheap.config == alone.config
+
+
+def test_a_probe_for_one_regime_is_set_against_the_mixture_of_loads_too() -> None:
+    # A vague step-time prior and only off measured: alone, batch 1 tries k=2 as a probe.
+    # With batch 32 (off's) coming back between, the probe is a restart there and one back,
+    # and off for the mixture serves it better: no probe. With cheap restarts it goes again.
+    vague = ServiceModel(method="suffix", cost=cost_prior(COST), max_batch=64)
+    points = [
+        StepPoint(b, 0, 0, 0, 0.0, 0.010 + 0.001 * b, 500, float(i))
+        for i, b in enumerate([1, 32] * 5)
+    ]
+    off = replace(
+        ControllerState.initial(SpecConfig.off()),
+        acceptance=AcceptanceCurve.geometric(0.5, 3),
+        acceptance_drafts=10_000.0,
+        cost_evidence=CostEvidence().add(points, vague.cost),
+    )
+    measured = _window(0, [1] * 60, k=0)
+    alone = decide(off, measured, vague, SETTINGS, 0)
+    assert alone.action is Action.RECONFIGURE and alone.code is ReasonCode.PROBE
+    history = replace(
+        off,
+        regime_lengths=(600.0, 600.0, 600.0),
+        past_loads=(
+            BatchDistribution.constant(32),
+            BatchDistribution.constant(1),
+            BatchDistribution.constant(32),
+        ),
+    )
+    kept = decide(history, measured, vague, SETTINGS, 0)
+    assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
+    assert "one config for the recent mixture of loads" in kept.reason
+    cheap = decide(history, measured, vague, replace(SETTINGS, restart_cost_s=5.0), 0)
+    assert cheap.code is ReasonCode.PROBE and cheap.config == alone.config
 
 
 def test_a_window_at_a_shorter_k_keeps_what_a_longer_k_measured_past_it() -> None:
