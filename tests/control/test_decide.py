@@ -269,40 +269,22 @@ def test_the_window_acceptance_is_corrected_for_the_positions_a_table_did_not_dr
     assert decision.window_acceptance.rates == pytest.approx(rates, rel=0.05)
 
 
-def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switching() -> None:
+_VAGUE = ServiceModel(method="suffix", cost=cost_prior(COST), max_batch=64)
+
+
+@pytest.mark.parametrize(
+    ("service", "code", "cheap_restart_s"),
+    [(ONE_K, ReasonCode.GAIN_PAYS_RESTART, 1.0), (_VAGUE, ReasonCode.PROBE, 5.0)],
+    ids=["a-change", "a-probe"],
+)
+def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switching(
+    service: ServiceModel, code: ReasonCode, cheap_restart_s: float
+) -> None:
     # One k (no table could serve both loads). Batch 1: drafting gains over 40 % over off;
     # batch 32: off beats every k. Restarts of 30 s (x2 margin) at each of two switches per
-    # 1200 s cycle cost more than drafting gains at batch 1.
-    off = replace(
-        ControllerState.initial(SpecConfig.off()),
-        acceptance=AcceptanceCurve.geometric(0.5, 3),
-        acceptance_drafts=10_000.0,
-    )
-    measured = _window(0, [1] * 60, k=0)
-    alone = decide(off, measured, ONE_K, SETTINGS, 0)
-    assert alone.action is Action.RECONFIGURE and not alone.config.is_off
-    history = replace(
-        off,
-        regime_lengths=(600.0, 600.0, 600.0),
-        past_loads=(
-            BatchDistribution.constant(32),
-            BatchDistribution.constant(1),
-            BatchDistribution.constant(32),
-        ),
-    )
-    kept = decide(history, measured, ONE_K, SETTINGS, 0)
-    assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
-    assert "one config for the recent mixture of loads (3 past regimes and this one" in kept.reason
-    # With cheap restarts, switching per regime pays again.
-    cheap = decide(history, measured, ONE_K, replace(SETTINGS, restart_cost_s=1.0), 0)
-    assert cheap.action is Action.RECONFIGURE and cheap.config == alone.config
-
-
-def test_a_probe_for_one_regime_is_set_against_the_mixture_of_loads_too() -> None:
-    # A vague step-time prior and only off measured: alone, batch 1 tries k=2 as a probe.
-    # With batch 32 (off's) coming back between, the probe is a restart there and one back,
-    # and off for the mixture serves it better: no probe. With cheap restarts it goes again.
-    vague = ServiceModel(method="suffix", cost=cost_prior(COST), max_batch=64)
+    # 1200 s cycle cost more than drafting gains at batch 1. With a vague step-time prior
+    # and only off measured, batch 1 alone would try k=2 as a probe: a probe for one regime
+    # answers to the mixture too.
     points = [
         StepPoint(b, 0, 0, 0, 0.0, 0.010 + 0.001 * b, 500, float(i))
         for i, b in enumerate([1, 32] * 5)
@@ -311,11 +293,12 @@ def test_a_probe_for_one_regime_is_set_against_the_mixture_of_loads_too() -> Non
         ControllerState.initial(SpecConfig.off()),
         acceptance=AcceptanceCurve.geometric(0.5, 3),
         acceptance_drafts=10_000.0,
-        cost_evidence=CostEvidence().add(points, vague.cost),
+        cost_evidence=CostEvidence().add(points, service.cost),
     )
     measured = _window(0, [1] * 60, k=0)
-    alone = decide(off, measured, vague, SETTINGS, 0)
-    assert alone.action is Action.RECONFIGURE and alone.code is ReasonCode.PROBE
+    alone = decide(off, measured, service, SETTINGS, 0)
+    assert alone.action is Action.RECONFIGURE and alone.code is code
+    assert not alone.config.is_off
     history = replace(
         off,
         regime_lengths=(600.0, 600.0, 600.0),
@@ -325,11 +308,12 @@ def test_a_probe_for_one_regime_is_set_against_the_mixture_of_loads_too() -> Non
             BatchDistribution.constant(32),
         ),
     )
-    kept = decide(history, measured, vague, SETTINGS, 0)
+    kept = decide(history, measured, service, SETTINGS, 0)
     assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
-    assert "one config for the recent mixture of loads" in kept.reason
-    cheap = decide(history, measured, vague, replace(SETTINGS, restart_cost_s=5.0), 0)
-    assert cheap.code is ReasonCode.PROBE and cheap.config == alone.config
+    assert "one config for the recent mixture of loads (3 past regimes and this one" in kept.reason
+    # With cheap restarts, switching per regime pays again.
+    cheap = decide(history, measured, service, replace(SETTINGS, restart_cost_s=cheap_restart_s), 0)
+    assert cheap.code is code and cheap.config == alone.config
 
 
 def test_a_window_at_a_shorter_k_keeps_what_a_longer_k_measured_past_it() -> None:
