@@ -193,13 +193,17 @@ class _Mark:
         time.sleep(2.0)  # requests answered before the end reach the log late
         requests = audit.between(self.at, end.at)
         before = dict(self.components_cpu_s)
+        capacity = wall * end.cores
+        # /proc/stat counts whole ticks per core, read a moment apart from the wall clock:
+        # a phase under a second can read a tick or two more busy time than the machine had.
+        busy = min(end.machine_cpu_s - self.machine_cpu_s, capacity)
         return PhaseLoad(
             wall_s=wall,
             requests=len(requests),
             limited=sum(1 for r in requests if not r.agent.startswith(_KOPF_AGENT)),
             operator_cpu_s=end.operator_cpu_s - self.operator_cpu_s,
-            machine_cpu_s=end.machine_cpu_s - self.machine_cpu_s,
-            capacity_cpu_s=wall * end.cores,
+            machine_cpu_s=busy,
+            capacity_cpu_s=capacity,
             limit_qps=limit[0],
             limit_burst=limit[1],
             components_cpu_s=tuple(
