@@ -454,7 +454,10 @@ def _run_trace(
             if decision.action in (Action.RECONFIGURE, Action.ROLLBACK):
                 engine.restart(_vllm(service, decision.config), service.restart_downtime_s)
                 restarts += 1
-            next_window += controller.window_s
+            # The operator decides a window after its last decision, sooner while it
+            # follows a rollout.
+            following = state.rollout is not None
+            next_window = now + (controller.rollout_poll_s if following else controller.window_s)
         target = clients.target(now)
         for _ in range(target - engine.num_running - engine.num_waiting):
             engine.add_request()

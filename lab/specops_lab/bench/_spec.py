@@ -126,10 +126,16 @@ class ServiceSpec(_Spec):
 
 
 class ControllerSpec(_Spec):
-    """The slow loop's knobs in the benchmark (seconds of virtual time)."""
+    """The slow loop's knobs in the benchmark (seconds of virtual time).
+
+    ``rollout_poll_s``: how often a rollout in progress is followed, as the operator does
+    (its ``rollout_poll_s``), so the measured rollout durations, which price a restart,
+    are the engine's downtime and not a window's granularity.
+    """
 
     window_s: float = Field(default=60.0, gt=0)
     scrape_s: float = Field(default=2.0, gt=0)
+    rollout_poll_s: float = Field(default=15.0, gt=0)
     min_dwell_s: float = Field(default=300.0, ge=0)
     max_reconfigurations_per_hour: int = Field(default=4, ge=0)
     margin: float = Field(default=1.5, ge=0)
