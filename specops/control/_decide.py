@@ -778,7 +778,7 @@ def _over_the_mixture(
     )
     mixed = best(_mixed(spans))
     static = sum(seconds * value(mixed.config, load) for load, seconds in spans)
-    if static < switching:
+    if static <= 0 or static < switching:
         return evaluation
     in_force = sum(seconds * value(state.config, load) for load, seconds in spans)
     gain = static / in_force - 1.0 if in_force > 0 else 0.0
@@ -786,7 +786,11 @@ def _over_the_mixture(
     words = (
         f"one config for the recent mixture of loads ({len(past)} past regimes and this one, "
         f"{sum(seconds for _, seconds in spans):.0f}s): it serves them "
-        f"{static / switching - 1.0:+.1%} against a change per regime, restarts included"
+        + (
+            f"{static / switching - 1.0:+.1%} against a change per regime, restarts included"
+            if switching > 0
+            else "where a change per regime delivers nothing once its restarts are paid"
+        )
     )
     kept = replace(mixed, reason=f"{words}. {mixed.reason}")
     return replace(

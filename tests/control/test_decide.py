@@ -361,3 +361,18 @@ def test_a_collapse_of_acceptance_starts_a_new_regime_in_one_window() -> None:
     assert not moderate.new_regime
     collapse = decide(state, _window(300.0, [4] * 60, alpha=0.2), ONE_K, SETTINGS, 300.0)
     assert collapse.new_regime
+
+
+def test_a_target_no_config_meets_at_any_past_load_leaves_the_choice_to_throughput() -> None:
+    """With a TPOT target below every config's at every load, each config delivers no
+    goodput over the service's past regimes either: the mixture rule has nothing to weigh
+    and leaves the choice as the policy made it, on throughput (k=3 -> k=1, +15.6 %)."""
+    unmeetable = replace(SETTINGS, objective=Objective(ObjectiveKind.GOODPUT, tpot_target_s=1e-6))
+    state = replace(
+        ControllerState.initial(SpecConfig.static(3)),
+        regime_lengths=(600.0, 600.0),
+        past_loads=(BatchDistribution.constant(32), BatchDistribution.constant(4)),
+    )
+    decision = decide(state, _steady(0), ONE_K, unmeetable, 0)
+    assert decision.config == SpecConfig.static(1)
+    assert "mixture" not in decision.reason
