@@ -167,6 +167,7 @@ def save_state(state: ControllerState) -> ControllerStatus:
             windows=regime.windows,
             doubted_since=_optional_time(regime.doubted_since),
             doubts=regime.doubts,
+            drift=regime.drift,
         )
         if regime is not None
         else None,
@@ -233,6 +234,7 @@ def _restored(saved: ControllerStatus) -> ControllerState:
             windows=regime.windows,
             doubted_since=_optional_unix(regime.doubted_since),
             doubts=regime.doubts,
+            drift=regime.drift,
         )
         if regime is not None
         else None,

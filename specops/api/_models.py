@@ -968,6 +968,8 @@ class RegimeStatus(CrdModel):
     """First window that disagreed with the regime, while unconfirmed."""
     doubts: int = Field(default=0, ge=0)
     """Disagreeing windows in a row."""
+    drift: int = Field(default=0, ge=-1024, le=1024)
+    """Windows in a row whose mean batch lay above the averaged load (negative: below)."""
 
 
 class StepTimeEvidence(CrdModel):

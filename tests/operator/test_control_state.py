@@ -73,6 +73,7 @@ def _full_state() -> ControllerState:
             windows=7,
             doubted_since=1_700_000_000.0,
             doubts=1,
+            drift=-1,
         ),
         acceptance=AcceptanceCurve((0.8, 0.61, 0.44)),
         acceptance_drafts=30_000.0,
