@@ -15,7 +15,8 @@ A load that ramps never disagrees that much with the running average, which foll
 minutes, and the decisions for it came too late (on the benchmark's ramp and day traces, 0.72
 to 0.86 of the oracle). So when ``confirmations`` windows in a row put the mean batch more
 than ``drift`` above the average, or all more than it below, the load is drifting: the
-average restarts from the latest window. The regime goes on, as a ramp is one load that moves.
+load's average restarts from the latest window, and the windows after it are weighed as a
+fresh regime's (the acceptance's too). The regime goes on, as a ramp is one load that moves.
 """
 
 from __future__ import annotations
