@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-from specops_lab.bench import LoadTrace, Segment, load_suite
-from specops_lab.bench._run import ControlledPolicy, run_policy
+from specops_lab.bench import ControlledPolicy, LoadTrace, Segment, load_suite, run_policy
 
 FULL = Path(__file__).resolve().parents[3] / "bench" / "full.yaml"
 
