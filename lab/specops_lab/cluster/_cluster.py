@@ -9,6 +9,7 @@ started. A failed or interrupted ``up`` stops whatever it had already started.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import shutil
 import ssl
 import subprocess
@@ -33,6 +34,7 @@ from specops_lab.cluster._config import (
     Ports,
     audit_policy,
     fake_node,
+    free_pod_block,
     kwok_config,
     node_pod_cidr,
     render_kubeconfig,
@@ -91,11 +93,13 @@ class ClusterOptions:
     versions: Versions = field(default_factory=Versions)
     start_timeout_s: float = 120.0
 
-    def node_manifests(self) -> tuple[dict[str, Any], ...]:
+    def node_manifests(self, pod_block: int) -> tuple[dict[str, Any], ...]:
+        """The fake nodes, their pods' addresses in ``pod_block`` (the cluster's own)."""
         names = [(f"kwok-gpu-{i}", self.gpus_per_node) for i in range(self.gpu_nodes)]
         names += [(f"kwok-cpu-{i}", 0) for i in range(self.cpu_nodes)]
         return tuple(
-            fake_node(name, gpus, node_pod_cidr(index)) for index, (name, gpus) in enumerate(names)
+            fake_node(name, gpus, node_pod_cidr(pod_block, index))
+            for index, (name, gpus) in enumerate(names)
         )
 
 
@@ -138,6 +142,7 @@ class _State(BaseModel):
     server: str
     kubeconfig: str
     ports: dict[str, int]
+    pod_block: int = 0
     processes: list[_Process] = []
 
 
@@ -223,19 +228,45 @@ class LocalCluster:
         names = ("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok")
         ports = Ports(*free_ports(len(names)))
         self._write_files(ports)
-        state = _State(
-            name=self.options.name,
-            server=ports.server,
-            kubeconfig=str(self.files.kubeconfig),
-            ports=dict(zip(names, (getattr(ports, n) for n in names), strict=True)),
-        )
-        self.files.state.write_text(state.model_dump_json(indent=2))
+        with self._pod_blocks_locked() as held:
+            state = _State(
+                name=self.options.name,
+                server=ports.server,
+                kubeconfig=str(self.files.kubeconfig),
+                ports=dict(zip(names, (getattr(ports, n) for n in names), strict=True)),
+                pod_block=free_pod_block(held),
+            )
+            self.files.state.write_text(state.model_dump_json(indent=2))
         for wave in startup_waves(binaries, self.files, ports):
             procs = [self._launch(component, state, tie_to_parent) for component in wave]
             for component, proc in zip(wave, procs, strict=True):
                 self._wait_healthy(component, proc, ports)
-        self._add_nodes(ports.server)
+        self._add_nodes(ports.server, state.pod_block)
         return self._info(state)
+
+    @contextmanager
+    def _pod_blocks_locked(self) -> Iterator[set[int]]:
+        """The pod-address blocks the other clusters under this cache hold, read under a
+        lock held until this one's state (with its block) is written."""
+        run_root = self.files.dir.parent
+        with (run_root / ".pod-blocks.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            held = set()
+            for state_file in run_root.glob(f"*/{self.files.state.name}"):
+                name = state_file.parent.name
+                state = LocalCluster(ClusterOptions(name=name), layout=self.layout)._state()
+                # A cluster still starting has no processes yet; one whose processes all
+                # died holds nothing.
+                if (
+                    state_file != self.files.state
+                    and state is not None
+                    and (
+                        not state.processes
+                        or any(is_running(p.pid, p.executable) for p in state.processes)
+                    )
+                ):
+                    held.add(state.pod_block)
+            yield held
 
     def _write_files(self, ports: Ports) -> None:
         files = self.files
@@ -322,10 +353,10 @@ class LocalCluster:
                     )
                 time.sleep(0.2)
 
-    def _add_nodes(self, server: str) -> None:
+    def _add_nodes(self, server: str, pod_block: int) -> None:
         """Create the fake nodes, then wait for kwok to make them Ready and for the
         controller-manager to create the ``default`` ServiceAccount (pods need it)."""
-        manifests = self.options.node_manifests()
+        manifests = self.options.node_manifests(pod_block)
         names = {n["metadata"]["name"] for n in manifests}
         with httpx.Client(base_url=server, verify=self._trusted_context(), timeout=10.0) as api:
             for node in manifests:

@@ -22,8 +22,10 @@ which the runner sets from its probes. Every other pod keeps kwok's behaviour.
 Addresses: everything is on loopback (127.0.0.0/8), so nothing that dials a node or a pod
 leaves the machine. Each fake node gets its own ``spec.podCIDR`` (:func:`node_pod_cidr`),
 from which kwok hands out its pods' IPs, and every node's address is 127.0.0.1; the pod
-runner serves each pod's engine and sidecar on the pod's own IP. The one range off
-loopback is the Service ClusterIP range (``SERVICE_CIDR``): the API server wants a range it
+runner serves each pod's engine and sidecar on the pod's own IP. Each cluster running on
+the machine holds a block of its own (:func:`free_pod_block`), so two clusters side by side
+never give two pods one address (one's engine would answer for the other's). The one range
+off loopback is the Service ClusterIP range (``SERVICE_CIDR``): the API server wants a range it
 can allocate from, and nothing dials a ClusterIP here (the pod runner's per-service proxy
 stands in for Services; no kube-proxy runs).
 
@@ -36,6 +38,7 @@ nothing listens on it any more, and a new pod never gets the address of one stil
 from __future__ import annotations
 
 import base64
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,7 @@ __all__ = [
     "GPU_TAINT",
     "KWOK_NODE_ANNOTATION",
     "LOOPBACK_CIDR",
+    "POD_BLOCKS",
     "POD_CIDR_FALLBACK",
     "SERVED_POD_LABEL",
     "SERVICE_CIDR",
@@ -60,7 +64,9 @@ __all__ = [
     "Component",
     "Ports",
     "fake_node",
+    "free_pod_block",
     "kwok_config",
+    "node_pod_capacity",
     "node_pod_cidr",
     "render_kubeconfig",
     "served_pod_stages",
@@ -74,7 +80,10 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
 # Pod IPs for a node without its own podCIDR (kwok's --cidr; its default is 10.0.0.1/24).
 POD_CIDR_FALLBACK = "127.255.0.0/16"
-_MAX_NODES = 254
+# Pod-address blocks 127.1-254.x.x, one per cluster; a node's range is a /24 in its block.
+POD_BLOCKS = 254
+_MAX_NODES = 256
+_POD_RANGE_SIZE = 254
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -501,11 +510,37 @@ def kwok_config(stage_documents: tuple[str, ...]) -> str:
     return yaml.dump_all([*adjusted, *ours], Dumper=_BlockDumper, sort_keys=False)
 
 
-def node_pod_cidr(index: int) -> str:
-    """The loopback range the pods of the ``index``-th fake node get their IPs from."""
+def free_pod_block(in_use: Collection[int]) -> int:
+    """The lowest pod-address block no running cluster holds."""
+    free = next((block for block in range(POD_BLOCKS) if block not in in_use), None)
+    if free is None:
+        raise ClusterError(
+            f"all {POD_BLOCKS} pod-address blocks are held by running local clusters;"
+            " stop one (`specops cluster down --name NAME`)"
+        )
+    return free
+
+
+def node_pod_cidr(block: int, index: int) -> str:
+    """The loopback range the pods of the ``index``-th fake node of the cluster holding
+    pod-address ``block`` get their IPs from."""
+    if not 0 <= block < POD_BLOCKS:
+        raise ClusterError(f"a pod-address block is 0 to {POD_BLOCKS - 1}, got {block}")
     if not 0 <= index < _MAX_NODES:
         raise ClusterError(f"a local cluster has at most {_MAX_NODES} fake nodes, got {index + 1}")
-    return f"127.{index + 1}.0.0/16"
+    return f"127.{block + 1}.{index}.0/24"
+
+
+def node_pod_capacity(gpus: int) -> int:
+    """How many pods a fake node with ``gpus`` takes: room for one per GPU and its
+    neighbours, within the addresses of its range."""
+    pods = max(110, gpus + 16)
+    if pods > _POD_RANGE_SIZE:
+        raise ClusterError(
+            f"a fake node has addresses for {_POD_RANGE_SIZE} pods; {gpus} GPUs per node"
+            f" would need {pods}: spread the GPUs over more nodes"
+        )
+    return pods
 
 
 def fake_node(name: str, gpus: int, pod_cidr: str) -> dict[str, Any]:
@@ -523,7 +558,7 @@ def fake_node(name: str, gpus: int, pod_cidr: str) -> dict[str, Any]:
     resources = {
         "cpu": str(max(96, 12 * gpus)),
         "memory": f"{max(1024, 128 * gpus)}Gi",
-        "pods": str(max(110, gpus + 16)),
+        "pods": str(node_pod_capacity(gpus)),
         "ephemeral-storage": "2Ti",
     }
     spec: dict[str, Any] = {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}

@@ -50,6 +50,7 @@ from specops_lab.podrunner._state import (
     read_state,
 )
 from specops_lab.podrunner._translate import (
+    ENGINE_DEFAULT_PORT,
     STARTUP_DELAY_ANNOTATION,
     TRUTH_ANNOTATION,
     WORKLOAD_ANNOTATION,
@@ -60,6 +61,7 @@ from specops_lab.podrunner._translate import (
 )
 
 __all__ = [
+    "ENGINE_DEFAULT_PORT",
     "EXIT_STOP",
     "JOB_NAME",
     "SERVICE_LABEL",

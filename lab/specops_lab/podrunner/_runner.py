@@ -37,6 +37,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -148,6 +149,23 @@ def _spawn(argv: Sequence[str], log: Path, env: Mapping[str, str]) -> subprocess
             start_new_session=True,
             preexec_fn=_term_with_parent,
         )
+
+
+def _refuse_taken(key: PodKey, process: ProcessSpec) -> None:
+    """Refuse a pod whose address some process this runner did not start listens on: its
+    probes and traffic would reach that process (another local cluster handing out the same
+    pod addresses, or a leftover engine), and the pod would pass for ready."""
+    family = socket.AF_INET6 if ":" in process.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((process.host, process.port))
+        except OSError as exc:
+            raise PodRunnerError(
+                f"pod {key}: its {process.container} container's address {process.address}"
+                f" is taken by a process this runner did not start ({exc.strerror}); stop it,"
+                " or the other local cluster that hands out this address"
+            ) from exc
 
 
 async def _exited_within(process: subprocess.Popen[bytes], seconds: float) -> bool:
@@ -351,6 +369,8 @@ class PodRunner:
     def _start_pod(self, pod: Pod) -> None:
         try:
             launch = launch_plan(pod, self.options.sim, self.options.specops_command)
+            for process in launch.processes:
+                _refuse_taken(launch.key, process)
             children = self._spawn_all(launch.key, launch.processes)
         except PodRunnerError as exc:
             self._fail(pod.key, exc)

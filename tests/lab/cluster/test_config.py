@@ -17,6 +17,7 @@ from specops_lab.cluster._config import (
     GPU_RESOURCE,
     GPU_TAINT,
     LOOPBACK_CIDR,
+    POD_BLOCKS,
     POD_CIDR_FALLBACK,
     SERVICE_CIDR,
     UNCLAIMED_READY_S,
@@ -24,7 +25,9 @@ from specops_lab.cluster._config import (
     ClientCredentials,
     Ports,
     fake_node,
+    free_pod_block,
     kwok_config,
+    node_pod_capacity,
     node_pod_cidr,
     render_kubeconfig,
     startup_waves,
@@ -124,7 +127,7 @@ def test_credentials_need_exactly_one_method(kwargs: dict[str, object]) -> None:
 
 
 def test_gpu_node_has_gpus_labels_and_taint() -> None:
-    node = fake_node("kwok-gpu-0", 8, "127.1.0.0/16")
+    node = fake_node("kwok-gpu-0", 8, "127.1.0.0/24")
     assert node["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
     assert node["status"]["capacity"][GPU_RESOURCE] == "8"
     assert node["status"]["allocatable"][GPU_RESOURCE] == "8"
@@ -133,7 +136,7 @@ def test_gpu_node_has_gpus_labels_and_taint() -> None:
 
 
 def test_cpu_node_has_no_gpus_and_no_taint() -> None:
-    node = fake_node("kwok-cpu-0", 0, "127.2.0.0/16")
+    node = fake_node("kwok-cpu-0", 0, "127.1.1.0/24")
     assert GPU_RESOURCE not in node["status"]["capacity"]
     assert "taints" not in node["spec"]
     assert "nvidia.com/gpu.present" not in node["metadata"]["labels"]
@@ -309,7 +312,7 @@ def test_every_address_and_range_of_the_cluster_is_on_loopback_but_the_service_r
 ) -> None:
     loopback = ipaddress.IPv4Network(LOOPBACK_CIDR)
     ranges = [a for argv in _flat(tmp_path) for a in _addresses(argv)]
-    nodes = ClusterOptions(gpu_nodes=64, cpu_nodes=2).node_manifests()
+    nodes = ClusterOptions(gpu_nodes=64, cpu_nodes=2).node_manifests(pod_block=253)
     ranges += [cidr for node in nodes for cidr in node["spec"]["podCIDRs"]]
     ranges.append(POD_CIDR_FALLBACK)
     # The ClusterIP range is the API server's to allocate from and is never dialled.
@@ -320,11 +323,36 @@ def test_every_address_and_range_of_the_cluster_is_on_loopback_but_the_service_r
 
 
 def test_each_node_hands_out_pod_ips_from_a_range_of_its_own() -> None:
-    nodes = ClusterOptions(gpu_nodes=3, cpu_nodes=1).node_manifests()
+    nodes = ClusterOptions(gpu_nodes=3, cpu_nodes=1).node_manifests(pod_block=0)
     cidrs = [node["spec"]["podCIDR"] for node in nodes]
-    assert cidrs == ["127.1.0.0/16", "127.2.0.0/16", "127.3.0.0/16", "127.4.0.0/16"]
+    assert cidrs == ["127.1.0.0/24", "127.1.1.0/24", "127.1.2.0/24", "127.1.3.0/24"]
     assert [node["spec"]["podCIDRs"] for node in nodes] == [[c] for c in cidrs]
     networks = [ipaddress.ip_network(c) for c in [*cidrs, POD_CIDR_FALLBACK]]
     assert not any(a.overlaps(b) for i, a in enumerate(networks) for b in networks[i + 1 :])
-    with pytest.raises(ClusterError, match="at most 254 fake nodes, got 255"):
-        node_pod_cidr(254)
+    with pytest.raises(ClusterError, match="at most 256 fake nodes, got 257"):
+        node_pod_cidr(0, 256)
+
+
+def test_clusters_side_by_side_never_share_a_pod_address() -> None:
+    first = ClusterOptions(gpu_nodes=64, cpu_nodes=2).node_manifests(pod_block=0)
+    second = ClusterOptions(gpu_nodes=64, cpu_nodes=2).node_manifests(pod_block=1)
+    ranges = [ipaddress.ip_network(n["spec"]["podCIDR"]) for n in (*first, *second)]
+    assert not any(a.overlaps(b) for i, a in enumerate(ranges) for b in ranges[i + 1 :])
+    assert not any(r.overlaps(ipaddress.ip_network(POD_CIDR_FALLBACK)) for r in ranges)
+    assert node_pod_cidr(POD_BLOCKS - 1, 255) == "127.254.255.0/24"
+    with pytest.raises(ClusterError, match="block is 0 to 253, got 254"):
+        node_pod_cidr(POD_BLOCKS, 0)
+
+
+def test_a_cluster_takes_the_lowest_block_no_running_cluster_holds() -> None:
+    assert free_pod_block(set()) == 0
+    assert free_pod_block({0, 1, 3}) == 2
+    with pytest.raises(ClusterError, match="all 254 pod-address blocks are held"):
+        free_pod_block(set(range(POD_BLOCKS)))
+
+
+def test_a_node_takes_no_more_pods_than_its_range_has_addresses() -> None:
+    assert node_pod_capacity(8) == 110
+    assert node_pod_capacity(238) == 254
+    with pytest.raises(ClusterError, match="239 GPUs per node would need 255"):
+        node_pod_capacity(239)

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import httpx
 import pytest
 from specops_lab.cluster import ENGINE_READY_ANNOTATION
 from specops_lab.podrunner import (
+    ENGINE_DEFAULT_PORT,
     PodKey,
     PodRunner,
     PodRunnerError,
@@ -293,3 +295,22 @@ async def test_a_pod_whose_processes_cannot_start_is_reported(tmp_path: Path) ->
     (failed,) = read_state(options.state_file).failed
     assert "cannot start" in failed.error
     assert str(tmp_path / "missing") in failed.error
+
+
+async def test_a_pod_whose_address_another_process_listens_on_is_refused(tmp_path: Path) -> None:
+    # Another cluster's engine on the same pod address would answer this pod's probes.
+    source = ListSource()
+    source.items = [pod_of(llama_deployment("ns"), "p", uid="p", ip="127.200.0.9")]
+    options = RunnerOptions(work_dir=tmp_path, poll_interval_s=0.1)
+    with socket.create_server(("127.200.0.9", ENGINE_DEFAULT_PORT)):
+        stop = asyncio.Event()
+        task = asyncio.create_task(PodRunner(source, options).run(stop))
+        try:
+            await _until(lambda: bool(Harness(source, options).state().failed), "a refusal")
+        finally:
+            stop.set()
+            await task
+    (failed,) = read_state(options.state_file).failed
+    assert f"127.200.0.9:{ENGINE_DEFAULT_PORT} is taken by a process" in failed.error
+    assert not read_state(options.state_file).pods
+    assert source.marks == [("p", False)]
