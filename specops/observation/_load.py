@@ -17,9 +17,13 @@ __all__ = [
     "quantile",
 ]
 
-# Bucket upper bounds for running requests per engine: fine where crossovers sit.
+# Bucket upper bounds for running requests per engine: one a batch size up to 256, where
+# crossovers sit, then every 8 up to 512. A bucket's samples are spread evenly over its
+# batch sizes when the controller reads the load, so a coarse bucket moves them: a pod that
+# runs 127 requests all the time, in a bucket of 97-128, was read as a mean batch of 112,
+# and every step time and TPOT predicted for it 10 % short.
 RUNNING_BOUNDS: tuple[float, ...] = (
-    0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, math.inf,
+    *range(257), *range(264, 513, 8), 1024, math.inf,
 )  # fmt: skip
 
 
@@ -57,6 +61,17 @@ def distribution(values: Sequence[float], bounds: Sequence[float]) -> Distributi
         while index < n and ordered[index] <= bound:
             index += 1
         cumulative.append(index / n)
+    # Only the bounds where the share changes, and the one before each change, are kept:
+    # the buckets left out hold no sample, so the histogram says the same in fewer numbers
+    # (a steady load fills a handful of the many fine buckets).
+    last = len(bounds) - 1
+    kept = [
+        i
+        for i in range(len(bounds))
+        if i in (0, last)
+        or cumulative[i] != cumulative[i - 1]
+        or cumulative[i + 1] != cumulative[i]
+    ]
     return Distribution(
         samples=n,
         mean=sum(ordered) / n,
@@ -64,6 +79,6 @@ def distribution(values: Sequence[float], bounds: Sequence[float]) -> Distributi
         p90=quantile(ordered, 0.9),
         p99=quantile(ordered, 0.99),
         maximum=ordered[-1],
-        bounds=tuple(bounds),
-        cumulative_fractions=tuple(cumulative),
+        bounds=tuple(bounds[i] for i in kept),
+        cumulative_fractions=tuple(cumulative[i] for i in kept),
     )

@@ -22,13 +22,18 @@ def test_distribution_of_a_known_sample() -> None:
     assert found.samples == 100
     assert found.mean == pytest.approx(0.6 * 2 + 0.3 * 10 + 0.1 * 40)
     assert (found.p50, found.p90, found.p99, found.maximum) == (2.0, 10.0, 40.0, 40.0)
+    # One bucket a batch size; only where the share changes, and the bound before, is kept.
     fractions = dict(zip(found.bounds, found.cumulative_fractions, strict=True))
-    assert fractions[1] == 0.0
-    assert fractions[2] == pytest.approx(0.6)
-    assert fractions[8] == pytest.approx(0.6)
-    assert fractions[12] == pytest.approx(0.9)
-    assert fractions[48] == pytest.approx(1.0)
-    assert fractions[math.inf] == 1.0
+    assert fractions == pytest.approx(
+        {0: 0.0, 1: 0.0, 2: 0.6, 9: 0.6, 10: 0.9, 39: 0.9, 40: 1.0, math.inf: 1.0}
+    )
+
+
+def test_every_batch_size_up_to_256_has_a_bucket_of_its_own() -> None:
+    found = distribution([127.0] * 9 + [128.0], RUNNING_BOUNDS)
+    assert found is not None
+    fractions = dict(zip(found.bounds, found.cumulative_fractions, strict=True))
+    assert fractions == pytest.approx({0: 0.0, 126: 0.0, 127: 0.9, 128: 1.0, math.inf: 1.0})
 
 
 def test_no_samples_is_no_distribution() -> None:
