@@ -19,6 +19,7 @@ import pytest
 from specops_lab.cluster import ENGINE_READY_ANNOTATION
 from specops_lab.podrunner import (
     ENGINE_DEFAULT_PORT,
+    FailedPod,
     PodKey,
     PodRunner,
     PodRunnerError,
@@ -279,12 +280,8 @@ async def test_a_pod_the_runner_cannot_translate_is_reported(harness: Harness) -
     await _until(lambda: harness.source.marks == [("odd", False)], "the pod marked not ready")
 
 
-async def test_a_pod_whose_processes_cannot_start_is_reported(tmp_path: Path) -> None:
-    source = ListSource()
-    source.items = [pod_of(llama_deployment("ns"), "p", uid="p")]
-    options = RunnerOptions(
-        work_dir=tmp_path, poll_interval_s=0.1, specops_command=(str(tmp_path / "missing"),)
-    )
+async def _first_failure(source: ListSource, options: RunnerOptions) -> FailedPod:
+    """Run the runner until it reports a pod it cannot run; that report."""
     stop = asyncio.Event()
     task = asyncio.create_task(PodRunner(source, options).run(stop))
     try:
@@ -293,6 +290,16 @@ async def test_a_pod_whose_processes_cannot_start_is_reported(tmp_path: Path) ->
         stop.set()
         await task
     (failed,) = read_state(options.state_file).failed
+    return failed
+
+
+async def test_a_pod_whose_processes_cannot_start_is_reported(tmp_path: Path) -> None:
+    source = ListSource()
+    source.items = [pod_of(llama_deployment("ns"), "p", uid="p")]
+    options = RunnerOptions(
+        work_dir=tmp_path, poll_interval_s=0.1, specops_command=(str(tmp_path / "missing"),)
+    )
+    failed = await _first_failure(source, options)
     assert "cannot start" in failed.error
     assert str(tmp_path / "missing") in failed.error
 
@@ -303,14 +310,7 @@ async def test_a_pod_whose_address_another_process_listens_on_is_refused(tmp_pat
     source.items = [pod_of(llama_deployment("ns"), "p", uid="p", ip="127.200.0.9")]
     options = RunnerOptions(work_dir=tmp_path, poll_interval_s=0.1)
     with socket.create_server(("127.200.0.9", ENGINE_DEFAULT_PORT)):
-        stop = asyncio.Event()
-        task = asyncio.create_task(PodRunner(source, options).run(stop))
-        try:
-            await _until(lambda: bool(Harness(source, options).state().failed), "a refusal")
-        finally:
-            stop.set()
-            await task
-    (failed,) = read_state(options.state_file).failed
+        failed = await _first_failure(source, options)
     assert f"127.200.0.9:{ENGINE_DEFAULT_PORT} is taken by a process" in failed.error
     assert not read_state(options.state_file).pods
     assert source.marks == [("p", False)]
