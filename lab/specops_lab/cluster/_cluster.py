@@ -146,6 +146,14 @@ class _State(BaseModel):
     processes: list[_Process] = []
 
 
+def _read_state(path: Path) -> _State | None:
+    """A cluster's ``state.json``; None when it is missing or unreadable (nothing is up)."""
+    try:
+        return _State.model_validate_json(path.read_text())
+    except (OSError, ValidationError):
+        return None
+
+
 def _tail(log: Path) -> str:
     try:
         return "\n".join(log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:])
@@ -171,10 +179,7 @@ class LocalCluster:
 
     # -- reading state -------------------------------------------------------------
     def _state(self) -> _State | None:
-        try:
-            return _State.model_validate_json(self.files.state.read_text())
-        except (OSError, ValidationError):
-            return None
+        return _read_state(self.files.state)
 
     def _info(self, state: _State) -> ClusterInfo:
         return ClusterInfo(state.name, self.files.dir, state.server, Path(state.kubeconfig))
@@ -253,8 +258,7 @@ class LocalCluster:
             fcntl.flock(lock, fcntl.LOCK_EX)
             held = set()
             for state_file in run_root.glob(f"*/{self.files.state.name}"):
-                name = state_file.parent.name
-                state = LocalCluster(ClusterOptions(name=name), layout=self.layout)._state()
+                state = _read_state(state_file)
                 # A cluster still starting has no processes yet; one whose processes all
                 # died holds nothing.
                 if (
