@@ -192,6 +192,10 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
     """kmock's Kubernetes emulator, where a server-side apply of a missing object creates it,
     and an apply of a status keeps field managers (:func:`server_side_apply`).
 
+    An apply of the status of a missing object is answered 404, as the API server answers it
+    (a subresource never creates): made here, a late write of a deleted service's status
+    would bring the service back with no uid and no spec.
+
     The object is stored before kmock handles the request as a patch of it, so the apply
     answers 200 with the object and watchers see it as modified. A status apply is answered
     here: kmock would merge the applied conditions over the stored ones as one value.
@@ -253,10 +257,12 @@ class ApplyingEmulator(kmock.KubernetesEmulator):
             and request.name is not None
         ):
             key = (request.resource, request.namespace, request.name)
-            if key not in self.objects or self.objects[key].deleted:
+            missing = key not in self.objects or self.objects[key].deleted
+            if request.subresource == "status":
+                if not missing:  # missing: kmock answers 404, as the API server does
+                    return await self._apply_status(request, key)
+            elif missing:
                 self.objects[key] = request.data
-            elif request.subresource == "status":
-                return await self._apply_status(request, key)
         return await super()._handle(request)
 
     async def _apply_status(

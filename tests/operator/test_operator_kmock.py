@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 from tests.operator.kmock_env import (
     APPLY_PATCH,
     DEPLOY_PATH,
+    NS,
     SVC_PATH,
     ApplyingEmulator,
     eventually,
@@ -290,6 +291,28 @@ async def test_a_spec_only_the_operator_finds_wrong_is_degraded_with_one_warning
     await asyncio.sleep(2)  # and only one, however often kopf retries
     assert warnings() == ["Warning"]
     assert live(kmock, "apps/v1/deployments", "llama") is None
+
+
+async def test_a_status_apply_of_a_missing_service_is_not_found_and_makes_nothing(
+    operator: Any,
+) -> None:
+    """As the API server answers it (a subresource never creates): a deleted service's status
+    written late must not bring the service back, with no uid and no spec."""
+    kmock = operator
+    applied = {
+        "apiVersion": "specops.io/v1alpha1",
+        "kind": "SpeculativeService",
+        "metadata": {"namespace": NS, "name": "gone"},
+        "status": {"observedGeneration": 1},
+    }
+    async with kmock.patch(
+        f"{SVC_PATH}/gone/status",
+        json=applied,
+        params={"fieldManager": "specops-controller", "force": "true"},
+        headers={"Content-Type": APPLY_PATCH},
+    ) as response:
+        assert response.status == 404
+    assert live(kmock, "specops.io/v1alpha1/speculativeservices", "gone") is None
 
 
 async def test_deployments_are_listed_and_watched_only_with_the_owned_labels(
