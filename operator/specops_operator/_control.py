@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import Gauge
 
@@ -91,6 +91,7 @@ __all__ = [
     "deployment_ready",
     "forget_decisions",
     "plan_tick",
+    "to_thread_to_end",
 ]
 
 log = logging.getLogger("specops.control")
@@ -104,6 +105,27 @@ _MODES = tuple(m.value for m in Mode)
 # When each service last decided, for decisions whose status apply was skipped: the object
 # still holds the time of an earlier one, and the next is due a window after this one.
 _DECIDED: dict[tuple[str, str], float] = {}
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+async def to_thread_to_end(call: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """``asyncio.to_thread``, except that a cancelled caller ends only once ``call`` returned.
+
+    kopf cancels a deleted service's loop at once (a cancellation timeout, no backoff) and
+    takes off its finalizer once the loop has ended. A call cut loose on its thread would
+    write on after that, and after the loop forgot the service: its Deployment applied (made
+    again if already collected), its status applied, its reconciliations' turn lock made
+    again."""
+    running = asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # the outcome: of no use to a cancelled caller
+            await running
+        raise
 
 
 @dataclass(frozen=True)
@@ -498,14 +520,14 @@ async def _measure(
     """The pods' observations (a canary's apart, while one is rendered), and whether the
     Deployment's rollout of the rendered template is complete. The pods come from
     ``listed`` (the operator's watch of owned pods) or, without it, from the API server."""
-    wanted, live = await asyncio.to_thread(planned, kube, service, render)
+    wanted, live = await to_thread_to_end(planned, kube, service, render)
     desired = next(
         o for o in wanted.objects if o["kind"] == "Deployment" and o["metadata"]["name"] == name
     )
     pods: Sequence[Mapping[str, Any]] = (
         listed(wanted.selector)
         if listed is not None
-        else await asyncio.to_thread(kube.list_pods, namespace, wanted.selector)
+        else await to_thread_to_end(kube.list_pods, namespace, wanted.selector)
     )
     fleet = ready_pods([p for p in pods if not _is_canary(p)])
     fetched = await options.source.fetch(namespace, name, spec, fleet)
@@ -527,7 +549,7 @@ async def control_tick(
 ) -> float:
     """Decide for one SpeculativeService if a decision is due; the seconds to wait after.
     ``pods`` lists the service's pods by a label selector (the API server's list without)."""
-    body = await asyncio.to_thread(kube.get_service, namespace, name)
+    body = await to_thread_to_end(kube.get_service, namespace, name)
     if body is None:
         return options.retry_s
     service = parse_service(body)
@@ -560,12 +582,12 @@ async def control_tick(
     if _unchanged(owned, body):  # a hold on the same state: an apply would be a no-op write
         patched = body
     else:
-        patched = await asyncio.to_thread(kube.apply_status, body, owned, Writer.CONTROLLER)
+        patched = await to_thread_to_end(kube.apply_status, body, owned, Writer.CONTROLLER)
     _report(namespace, name, spec.speculation.mode, tick.decision)
     if tick.event is not None:
         post_event(patched, *tick.event)
     if tick.render:  # render (and record a new choice) now, not at the next resync
-        await asyncio.to_thread(
+        await to_thread_to_end(
             reconcile,
             kube,
             patched,

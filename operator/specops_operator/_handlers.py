@@ -26,7 +26,12 @@ from specops_operator._cache import (
     OwnedPods,
     WatchCache,
 )
-from specops_operator._control import ControlLoopOptions, control_tick, forget_decisions
+from specops_operator._control import (
+    ControlLoopOptions,
+    control_tick,
+    forget_decisions,
+    to_thread_to_end,
+)
 from specops_operator._diffbase import HeldDiffBase, LeanDiffBase
 from specops_operator._fetch import Observer, matching, pod_view, reading_client
 from specops_operator._kube import (
@@ -342,7 +347,7 @@ async def _take_over(memo: kopf.Memo, namespace: str, name: str) -> None:
     if body is None:
         return
     try:
-        await asyncio.to_thread(_sync, body, memo)
+        await to_thread_to_end(_sync, body, memo)
     except kopf.TemporaryError as exc:
         logging.getLogger("specops.shards").warning(
             "%s/%s: taking over failed, the resync retries: %s", namespace, name, exc

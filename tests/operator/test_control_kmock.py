@@ -10,6 +10,7 @@ writes the Deployment's status.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,8 @@ import pytest
 from prometheus_client import REGISTRY
 from specops_operator._control import ControlLoopOptions
 from specops_operator._fetch import Fetched, PodTarget
-from specops_operator._owners import CONDITION_OWNERS
+from specops_operator._kube import Kube
+from specops_operator._owners import CONDITION_OWNERS, Writer
 
 from specops.api import SpeculativeServiceSpec, parse_service
 from specops.observation import EstimateStatus
@@ -360,6 +362,49 @@ async def test_a_service_counts_from_zero_and_leaves_no_readings_or_series_when_
         assert REGISTRY.get_sample_value("specops_mode", {**labels, "mode": "Advise"}) is None
         assert REGISTRY.get_sample_value("specops_speculative_tokens", labels) is None
         assert REGISTRY.get_sample_value("specops_rollbacks_total", labels) is None
+
+
+async def test_a_deleted_service_is_forgotten_only_once_its_status_apply_in_flight_returned(
+    kmock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: FakeCluster, memo: Any
+) -> None:
+    """kopf cancels a deleted service's loop at once. An apply the loop had on a thread must
+    return before the loop forgets the service and kopf lets the object go: landing after,
+    it wrote to a service already forgotten (and in the emulator, brought it back)."""
+    order: list[str] = []
+    hold, in_flight, forgotten = threading.Event(), threading.Event(), threading.Event()
+    apply_status, forget = Kube.apply_status, cluster.forget
+
+    def held_apply(
+        kube: Kube, service: dict[str, Any], status: dict[str, Any], manager: str
+    ) -> dict[str, Any]:
+        if manager != Writer.CONTROLLER or not hold.is_set():
+            return apply_status(kube, service, status, manager)
+        hold.clear()
+        in_flight.set()
+        forgotten.wait(timeout=3)  # a loop that does not wait for the apply forgets meanwhile
+        try:
+            return apply_status(kube, service, status, manager)
+        finally:
+            order.append("applied")
+
+    def forgetting(namespace: str, name: str) -> None:
+        order.append("forgot")
+        forgotten.set()
+        forget(namespace, name)
+
+    monkeypatch.setattr(Kube, "apply_status", held_apply)
+    monkeypatch.setattr(cluster, "forget", forgetting)
+    async with run_operator(kmock, tmp_path, monkeypatch, memo):
+        async with kmock.post(SVC_PATH, json=_body("Advise")) as response:
+            assert response.status in (200, 201)
+        await eventually(lambda: _decision(kmock) is not None, "a first decision")
+        hold.set()
+        cluster.running = [3.0] * 40  # new measurements: the next decision applies them
+        await eventually(in_flight.is_set, "a status apply in flight")
+        async with kmock.delete(f"{SVC_PATH}/llama") as response:
+            assert response.status in (200, 202)
+        await eventually(lambda: "forgot" in order, "the loop ended")
+        assert order == ["applied", "forgot"]
 
 
 async def test_with_data_parallel_engines_the_loop_chooses_one_k(
