@@ -21,6 +21,7 @@ from specops.observation import (
     EstimateStatus,
     PodObservation,
     WindowObservation,
+    measured_prompts,
 )
 from specops.policy import BatchDistribution, SpecConfig, StepPoint, TpotHistogram
 
@@ -183,16 +184,6 @@ def _step_points(
     return sorted(points, key=lambda p: p.end)
 
 
-def _prefill_per_token(windows: Sequence[WindowObservation]) -> float:
-    """Prompt tokens per output token over the pods that count both (0 when none does)."""
-    prompts = output = 0.0
-    for w in windows:
-        prompt, out = w.outcome.prompt_tokens_per_second, w.outcome.output_tokens_per_second
-        if prompt is not None and out:
-            prompts, output = prompts + prompt, output + out
-    return prompts / output if output > 0 else 0.0
-
-
 def _drafted_per_draft(windows: Sequence[WindowObservation]) -> float | None:
     """The k the engines ran, as vLLM counts it: draft tokens over drafts."""
     points = [p for w in windows for p in w.cost.points]
@@ -315,7 +306,7 @@ def service_window(
         accepted_per_position=accepted,
         pods_ready=pods_ready,
         cost_points=tuple(_step_points(used, context, bool(in_force.per_batch_size))),
-        prefill_per_token=_prefill_per_token(windows),
+        prompts=measured_prompts([w.outcome for w in windows]),
         tpot_s=tpot,
     )
     running = [

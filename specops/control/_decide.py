@@ -32,6 +32,7 @@ from specops.policy import (
     Objective,
     PolicyChoice,
     PolicyInput,
+    Prompts,
     SpecConfig,
     SpeedModel,
     StepPoint,
@@ -218,7 +219,7 @@ class ControlInput:
     ``pods_ready`` says whether every pod runs the config in force and is Ready.
     ``problem`` says why there are no usable measurements at all (empty when there are).
     ``cost_points`` are the window's measured steps, for the step-time posterior;
-    ``prefill_per_token`` the prompt tokens computed per output token over it; ``tpot_s``
+    ``prompts`` the prompt tokens computed per output token and per prompt; ``tpot_s``
     the mean time per output token, ``tpot_histogram`` the requests' TPOTs by bucket (how
     far they spread around it). ``canary`` is the same window of the canary's pods,
     while one runs (None when it gave no reading), measured apart from the rest.
@@ -232,7 +233,7 @@ class ControlInput:
     pods_ready: bool = True
     problem: str = ""
     cost_points: tuple[StepPoint, ...] = ()
-    prefill_per_token: float = 0.0
+    prompts: Prompts = field(default_factory=Prompts)
     tpot_s: float | None = None
     tpot_histogram: TpotHistogram | None = None
     canary: ControlInput | None = None
@@ -483,7 +484,7 @@ def _policy(
             load=regime.load,
             cost=cost,
             context_tokens=measured.context_tokens,
-            prefill_per_token=measured.prefill_per_token,
+            prompts=measured.prompts,
             spread=spread,
             current=state.config,
             objective=settings.objective,
@@ -679,7 +680,7 @@ def _evaluate(
             cost,
             choice.acceptance,
             measured.context_tokens,
-            measured.prefill_per_token,
+            measured.prompts,
             spread,
         )
         for cost in posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
@@ -691,7 +692,7 @@ def _evaluate(
         CostPosterior.of(service.cost, CostEvidence()).model(),
         choice.acceptance,
         measured.context_tokens,
-        measured.prefill_per_token,
+        measured.prompts,
         spread,
     )
     prior_crossovers = crossovers(
@@ -747,7 +748,7 @@ def _over_the_mixture(
         return evaluation
     spans = [*past, (regime.load, evaluation.horizon)]
     model = SpeedModel(
-        cost, choice.acceptance, measured.context_tokens, measured.prefill_per_token, choice.spread
+        cost, choice.acceptance, measured.context_tokens, measured.prompts, choice.spread
     )
 
     def value(config: SpecConfig, load: BatchDistribution) -> float:

@@ -37,7 +37,12 @@ from specops.observation._model import (
     WindowObservation,
 )
 from specops.observation._names import Counter, Gauge, Hist
-from specops.observation._observe import ObserverConfig, distribution_observation, observe
+from specops.observation._observe import (
+    ObserverConfig,
+    distribution_observation,
+    measured_prompts,
+    observe,
+)
 from specops.observation._observer import OncePerCause, SourceCounts, WindowedObserver
 from specops.observation._outcome import LatencyQuantiles, histogram_quantile, latency_quantiles
 from specops.observation._series import (
@@ -118,6 +123,7 @@ __all__ = [
     "intervals_of",
     "label_matchers",
     "latency_quantiles",
+    "measured_prompts",
     "observe",
     "parse_exposition",
     "parse_prometheus_matrix",

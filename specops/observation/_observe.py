@@ -53,6 +53,7 @@ from specops.policy import (
     BatchDistribution,
     Objective,
     PolicyInput,
+    Prompts,
     SpecConfig,
     SpeedModel,
     StepCostModel,
@@ -66,6 +67,7 @@ from specops.vllm import MAX_NUM_SEQS_DEFAULT, table_applies
 __all__ = [
     "ObserverConfig",
     "distribution_observation",
+    "measured_prompts",
     "observe",
 ]
 
@@ -356,6 +358,26 @@ def _outcome(intervals: Sequence[Interval], status: EstimateStatus) -> OutcomeOb
     )
 
 
+def measured_prompts(outcomes: Sequence[OutcomeObservation]) -> Prompts:
+    """Prompt tokens per output token and per finished request, over the windows that
+    count them (0 for a figure no window counts).
+
+    In steady state prompts enter as fast as requests finish, so prompt tokens over
+    finished requests is one prompt's mean length.
+    """
+    prompt = output = requests = 0.0
+    for outcome in outcomes:
+        tokens, out = outcome.prompt_tokens_per_second, outcome.output_tokens_per_second
+        if tokens is None or not out:
+            continue
+        prompt, output = prompt + tokens, output + out
+        requests += outcome.requests_per_second or 0.0
+    return Prompts(
+        per_output_token=prompt / output if output > 0 else 0.0,
+        mean_tokens=prompt / requests if requests > 0 else 0.0,
+    )
+
+
 def _stale_reason(status: EstimateStatus) -> str:
     if status is EstimateStatus.STALE:
         return "no fresh reading from the source; these are the last measured values"
@@ -448,9 +470,7 @@ def _prediction(
             status=_UNKNOWN, reason=f"no running requests in the last {length:g}s"
         )
     cost = _priced(config.cost_model, prior, window.fit)
-    outcome = window.observation.outcome
-    prompts, outputs = outcome.prompt_tokens_per_second, outcome.output_tokens_per_second
-    prefill = prompts / outputs if prompts is not None and outputs else 0.0
+    prompts = measured_prompts([window.observation.outcome])
     choice = choose(
         PolicyInput(
             acceptance=window.curve,
@@ -458,7 +478,7 @@ def _prediction(
             load=load,
             cost=cost,
             context_tokens=config.context_tokens_per_request,
-            prefill_per_token=prefill,
+            prompts=prompts,
             current=config.speculation or SpecConfig.static(configured_k or 0),
             k_max=config.max_k,
             max_batch=config.max_batch,
@@ -466,7 +486,7 @@ def _prediction(
             one_k_reason=f"vLLM takes no per-batch-size table for method {config.method}",
         )
     )
-    model = SpeedModel(cost, window.curve, config.context_tokens_per_request, prefill)
+    model = SpeedModel(cost, window.curve, config.context_tokens_per_request, prompts)
     predictions = [
         predict(SpecConfig.static(k), load, model, Objective()) for k in range(config.max_k + 1)
     ]

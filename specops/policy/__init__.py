@@ -30,6 +30,7 @@ from specops.policy._learn import (
 )
 from specops.policy._load import BatchDistribution
 from specops.policy._measure import acceptance_from_counters, draft_reach
+from specops.policy._prompts import Prompts
 from specops.policy._spread import TpotHistogram, TpotSpread, acceptance_sensitivity, share_within
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "PolicyChoice",
     "PolicyInput",
     "Prediction",
+    "Prompts",
     "ScheduleRange",
     "SpecConfig",
     "SpeedModel",

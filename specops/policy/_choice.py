@@ -19,6 +19,7 @@ from specops.policy._acceptance import AcceptanceCurve
 from specops.policy._config import ScheduleRange, SpecConfig
 from specops.policy._cost import StepShape, StepTime
 from specops.policy._load import BatchDistribution
+from specops.policy._prompts import Prompts
 from specops.policy._spread import TpotSpread, share_within
 
 __all__ = [
@@ -81,17 +82,17 @@ class PointEstimate:
 class SpeedModel:
     """Step cost plus acceptance at a context length: everything needed to predict a step.
 
-    ``prefill_per_token`` is the prompt tokens computed per output token (the window's
-    prompt over generated tokens). In steady state prompts enter as fast as requests
-    finish, so a step that emits ``B E(k)`` tokens also computes ``B E(k)`` times that
-    many prompt tokens (chunked prefill): at high load they are as many as the decode
-    tokens, and a k that emits more per step brings more prefill into each step too.
+    ``prompts`` are the prompt tokens the steps also compute (chunked prefill): a step
+    that emits ``B E(k)`` tokens takes ``B E(k)`` times their rate per output token, so at
+    high load they are as many as the decode tokens, and a k that emits more per step
+    brings more prefill into each step too. A step's time is its mean over how many whole
+    prompts the steps take (:class:`Prompts`), not the time of the mean step.
     """
 
     cost: StepTime
     acceptance: AcceptanceCurve
     context_tokens: float
-    prefill_per_token: float = 0.0
+    prompts: Prompts = field(default_factory=Prompts)
     spread: TpotSpread = field(default_factory=TpotSpread)
     _memo: dict[tuple[int, int, bool], PointEstimate] = field(
         default_factory=dict, compare=False, repr=False
@@ -111,14 +112,12 @@ class SpeedModel:
         found = self._memo.get(key)
         if found is None:
             tokens = self.acceptance.expected_tokens(k)
-            shape = StepShape(
-                batch,
-                k,
-                round(batch * self.context_tokens),
-                prefill_tokens=round(batch * tokens * self.prefill_per_token),
-                table=table,
+            context = round(batch * self.context_tokens)
+            step_s = sum(
+                share * self.cost.step_time(StepShape(batch, k, context, prefill, table))
+                for prefill, share in self.prompts.per_step(batch * tokens)
             )
-            found = PointEstimate(batch, k, self.cost.step_time(shape), tokens)
+            found = PointEstimate(batch, k, step_s, tokens)
             self._memo[key] = found
         return found
 
@@ -247,7 +246,7 @@ class PolicyInput:
     context_tokens: float
     current: SpecConfig
     objective: Objective = Objective()
-    prefill_per_token: float = 0.0
+    prompts: Prompts = field(default_factory=Prompts)
     spread: TpotSpread = field(default_factory=TpotSpread)
     k_min: int = 1
     k_max: int = 7
@@ -317,9 +316,7 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         if inputs.drafts_seen > 0
         else inputs.acceptance
     )
-    model = SpeedModel(
-        inputs.cost, curve, inputs.context_tokens, inputs.prefill_per_token, inputs.spread
-    )
+    model = SpeedModel(inputs.cost, curve, inputs.context_tokens, inputs.prompts, inputs.spread)
     ks = inputs.candidate_ks
     cross = crossovers(model, ks, inputs.max_batch)
     off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)

@@ -22,7 +22,14 @@ from specops.observation import (
     EstimateStatus,
     PodObservation,
 )
-from specops.policy import BatchDistribution, DraftCost, SpecConfig, StepCostModel, cost_prior
+from specops.policy import (
+    BatchDistribution,
+    DraftCost,
+    Prompts,
+    SpecConfig,
+    StepCostModel,
+    cost_prior,
+)
 from tests.control.observations import pod_observation
 
 NOW = 10_000.0
@@ -236,20 +243,23 @@ def test_the_engines_counts_are_summed_not_a_sidecars_corrected_shares() -> None
     assert observation.accepted_per_position == (8000, 2560, 2048)
 
 
-def test_prompt_tokens_per_output_token_come_from_the_pods_counters() -> None:
-    def with_prompts(pod: str, prompt: float, output: float) -> PodObservation:
+def test_prompt_tokens_per_output_token_and_per_request_come_from_the_pods_counters() -> None:
+    def with_prompts(pod: str, prompt: float, output: float, requests: float) -> PodObservation:
         observation = pod_observation(pod, at=NOW, running=[8] * 30, tokens_per_second=output)
         window = observation.windows[0]
-        outcome = window.outcome.model_copy(update={"prompt_tokens_per_second": prompt})
+        outcome = window.outcome.model_copy(
+            update={"prompt_tokens_per_second": prompt, "requests_per_second": requests}
+        )
         return observation.model_copy(
             update={"windows": [window.model_copy(update={"outcome": outcome})]}
         )
 
-    window = _window([with_prompts("a", 300.0, 1000.0), with_prompts("b", 900.0, 1000.0)])
-    assert window.control_input.prefill_per_token == pytest.approx(0.6)
-    assert (
-        _window([pod_observation("a", at=NOW, running=[8] * 30)]).control_input.prefill_per_token
-        == 0.0
+    pods = [with_prompts("a", 300.0, 1000.0, 1.0), with_prompts("b", 900.0, 1000.0, 2.0)]
+    prompts = _window(pods).control_input.prompts
+    assert prompts.per_output_token == pytest.approx(0.6)
+    assert prompts.mean_tokens == pytest.approx(400.0)
+    assert _window([pod_observation("a", at=NOW, running=[8] * 30)]).control_input.prompts == (
+        Prompts()
     )
 
 

@@ -16,6 +16,7 @@ from specops.policy import (
     Objective,
     ObjectiveKind,
     PolicyInput,
+    Prompts,
     SpecConfig,
     SpeedModel,
     StepCostModel,
@@ -195,12 +196,13 @@ def test_bad_bounds_are_rejected() -> None:
 
 def test_prompts_entering_as_requests_finish_share_each_step_and_shrink_the_gain() -> None:
     """At batch B a step emits B E(k) tokens, and in steady state brings in the prompts of as
-    many finished requests: ``prefill_per_token`` prompt tokens per output token."""
+    many finished requests: ``per_output_token`` prompt tokens per output token (spread
+    evenly when a prompt's length is unknown)."""
     cost = StepCostModel(
         t_fixed=5e-3, c_tok=2e-5, c_kv=0.0, t_overhead=1e-3, draft=DraftCost(t_fixed=2e-3)
     )
     curve = AcceptanceCurve((0.7, 0.45, 0.28))
-    shared = SpeedModel(cost, curve, 0.0, prefill_per_token=1.2)
+    shared = SpeedModel(cost, curve, 0.0, Prompts(per_output_token=1.2))
     point = shared.point(128, 3)
     tokens = curve.expected_tokens(3)
     assert point.step_s == pytest.approx(
@@ -215,7 +217,7 @@ def test_prompts_entering_as_requests_finish_share_each_step_and_shrink_the_gain
             cost=cost,
             context_tokens=0.0,
             current=SpecConfig.static(3),
-            prefill_per_token=rho,
+            prompts=Prompts(per_output_token=rho),
             per_batch_size=False,
         )
         return choose(inputs).gain_over_off
