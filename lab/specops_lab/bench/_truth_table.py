@@ -4,8 +4,8 @@ The oracle picks, per segment, the best fixed config in hindsight; one of those 
 must be the table that is best *on the truth*, or a controller could look good against
 weak baselines. It is computed from the truth's own step time and the workload's own
 acceptance (measured by running the simulated engine at k_max, whose per-position
-counters give every a_i), with the mean context the workload's requests have.
-Nothing here is given to the controller.
+counters give every a_i), with the mean context the workload's requests have and its
+prompts, each computed whole on one step. Nothing here is given to the controller.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from specops.policy import (
     AcceptanceCurve,
+    Prompts,
     SpecConfig,
     SpeedModel,
     StepShape,
@@ -53,6 +54,9 @@ class _TruthCost:
                 batch=shape.batch,
                 k=shape.k,
                 context_tokens=shape.context_tokens,
+                # A whole prompt in one chunk attends to itself: its context is its length.
+                prefill_tokens=shape.prefill_tokens,
+                prefill_context_tokens=shape.prefill_tokens,
                 table=True,
                 speculative=True,
                 family=self._family,
@@ -77,8 +81,9 @@ def workload_acceptance(
     k_max: int,
     seed: int,
     mix: Mapping[str, float] | None = None,
-) -> tuple[AcceptanceCurve, float]:
-    """The workload's per-position acceptance and mean context, as the engine measures them."""
+) -> tuple[AcceptanceCurve, float, Prompts]:
+    """The workload's per-position acceptance, mean context and prompts, as the engine
+    measures them."""
     text = json.dumps({"method": method, "model": "draft", "num_speculative_tokens": k_max})
     engine = SimulatedEngine(
         Workload(_mixed(workload, mix), seed=seed),
@@ -95,7 +100,8 @@ def workload_acceptance(
     prompt = metrics.histograms["vllm:request_prompt_tokens"]
     output = metrics.histograms["vllm:request_generation_tokens"]
     context = prompt.total / prompt.count + output.total / output.count / 2
-    return AcceptanceCurve(tuple(rates)), context
+    prompts = Prompts(prompt.total / output.total, prompt.total / prompt.count)
+    return AcceptanceCurve(tuple(rates)), context, prompts
 
 
 def truth_table(
@@ -109,8 +115,8 @@ def truth_table(
     mix: Mapping[str, float] | None = None,
 ) -> SpecConfig:
     """The best k at every batch size on the truth, as one vLLM table (or one k, or off)."""
-    acceptance, context = workload_acceptance(truth, workload, method, k_max, seed, mix)
-    model = SpeedModel(_TruthCost(truth, method), acceptance, context)
+    acceptance, context, prompts = workload_acceptance(truth, workload, method, k_max, seed, mix)
+    model = SpeedModel(_TruthCost(truth, method), acceptance, context, prompts)
     ranges = merge_ranges(best_k_by_batch(model, range(k_max + 1), max_batch))
     if len(ranges) == 1:
         return SpecConfig.static(ranges[0].k)
