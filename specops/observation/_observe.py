@@ -359,22 +359,24 @@ def _outcome(intervals: Sequence[Interval], status: EstimateStatus) -> OutcomeOb
 
 
 def measured_prompts(outcomes: Sequence[OutcomeObservation]) -> Prompts:
-    """Prompt tokens per output token and per finished request, over the windows that
-    count them (0 for a figure no window counts).
+    """Prompt tokens per output token and per finished request, each over the windows that
+    count both of its figures (0 for a figure no window counts).
 
     In steady state prompts enter as fast as requests finish, so prompt tokens over
-    finished requests is one prompt's mean length.
+    finished requests is one prompt's mean length. A window that counts no finished
+    request leaves its prompts out of that length, not in it over no requests.
     """
-    prompt = output = requests = 0.0
+    prompt = output = counted = requests = 0.0
     for outcome in outcomes:
         tokens, out = outcome.prompt_tokens_per_second, outcome.output_tokens_per_second
         if tokens is None or not out:
             continue
         prompt, output = prompt + tokens, output + out
-        requests += outcome.requests_per_second or 0.0
+        if outcome.requests_per_second:
+            counted, requests = counted + tokens, requests + outcome.requests_per_second
     return Prompts(
         per_output_token=prompt / output if output > 0 else 0.0,
-        mean_tokens=prompt / requests if requests > 0 else 0.0,
+        mean_tokens=counted / requests if requests > 0 else 0.0,
     )
 
 

@@ -258,6 +258,11 @@ def test_prompt_tokens_per_output_token_and_per_request_come_from_the_pods_count
     prompts = _window(pods).control_input.prompts
     assert prompts.per_output_token == pytest.approx(0.6)
     assert prompts.mean_tokens == pytest.approx(400.0)
+    # A pod that counts no finished request adds to the share, not to a prompt's length.
+    uncounted = [*pods, with_prompts("c", 600.0, 1000.0, 0.0)]
+    prompts = _window(uncounted).control_input.prompts
+    assert prompts.per_output_token == pytest.approx(0.6)
+    assert prompts.mean_tokens == pytest.approx(400.0)
     assert _window([pod_observation("a", at=NOW, running=[8] * 30)]).control_input.prompts == (
         Prompts()
     )
