@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import pairwise
 
 from specops.control._canary import Canary, CanaryReport, CanaryVerdict, canary_report
 from specops.control._regime import Regime, RegimeSettings, track_regime
@@ -741,10 +742,12 @@ def _over_the_mixture(
     since the one config may run at a load where it was never measured. A probe is set
     against the mixture too: a config tried for this regime alone is no experiment worth
     its restart when the mixture's one config serves the loads that come back better.
+    On a ramp (see :func:`_ramping`) the past loads are behind the service, not coming
+    back, and the choice is this regime's own.
     """
     choice = evaluation.choice
     past = list(zip(state.past_loads, state.regime_lengths[-len(state.past_loads) :], strict=True))
-    if len(past) < 2 or choice.config == state.config:
+    if len(past) < 2 or choice.config == state.config or _ramping(past, regime.load):
         return evaluation
     spans = [*past, (regime.load, evaluation.horizon)]
     model = SpeedModel(
@@ -803,6 +806,15 @@ def _over_the_mixture(
         probe=False,
         upside=None,
     )
+
+
+def _ramping(past: list[tuple[BatchDistribution, float]], load: BatchDistribution) -> bool:
+    """Whether the last two regimes and this one moved the load one way: each one's mean
+    batch above the one before, or each below. Alternating loads (bursts, a load that
+    comes back) break the run; a ramp's regimes do not."""
+    means = [*(before.mean for before, _ in past[-2:]), load.mean]
+    steps = [after - before for before, after in pairwise(means)]
+    return all(step > 0 for step in steps) or all(step < 0 for step in steps)
 
 
 def _mixture_gain_likely(

@@ -15,6 +15,7 @@ from specops.control import (
     ControlInput,
     ControllerState,
     ControlSettings,
+    Decision,
     Mode,
     ReasonCode,
     ServiceModel,
@@ -314,6 +315,40 @@ def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switc
     # With cheap restarts, switching per regime pays again.
     cheap = decide(history, measured, service, replace(SETTINGS, restart_cost_s=cheap_restart_s), 0)
     assert cheap.code is code and cheap.config == alone.config
+
+
+def test_on_a_ramp_the_past_loads_are_behind_the_service_and_the_choice_is_this_regimes() -> None:
+    """The loads of the alternating test, but falling over the last regimes (32, 16, now
+    1): they are not coming back, so the one config that would serve them all (off) is
+    not weighed, and batch 1 gets its own best, as with no history at all."""
+    points = [
+        StepPoint(b, 0, 0, 0, 0.0, 0.010 + 0.001 * b, 500, float(i))
+        for i, b in enumerate([1, 32] * 5)
+    ]
+    off = replace(
+        ControllerState.initial(SpecConfig.off()),
+        acceptance=AcceptanceCurve.geometric(0.5, 3),
+        acceptance_drafts=10_000.0,
+        cost_evidence=CostEvidence().add(points, ONE_K.cost),
+    )
+    measured = _window(0, [1] * 60, k=0)
+    alone = decide(off, measured, ONE_K, SETTINGS, 0)
+
+    def after(*loads: int) -> Decision:
+        history = replace(
+            off,
+            regime_lengths=(600.0,) * len(loads),
+            past_loads=tuple(BatchDistribution.constant(b) for b in loads),
+        )
+        return decide(history, measured, ONE_K, SETTINGS, 0)
+
+    falling = after(1, 32, 16)
+    assert falling.action is Action.RECONFIGURE and falling.config == alone.config
+    assert "mixture" not in falling.reason
+    # The same loads in another order: they alternate, and come back.
+    alternating = after(16, 1, 32)
+    assert alternating.action is Action.KEEP and alternating.config == SpecConfig.off()
+    assert "one config for the recent mixture of loads" in alternating.reason
 
 
 def test_a_window_at_a_shorter_k_keeps_what_a_longer_k_measured_past_it() -> None:
