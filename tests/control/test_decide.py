@@ -273,6 +273,22 @@ def test_the_window_acceptance_is_corrected_for_the_positions_a_table_did_not_dr
 _VAGUE = ServiceModel(method="suffix", cost=cost_prior(COST), max_batch=64)
 
 
+def _off_after(service: ServiceModel, *loads: int) -> ControllerState:
+    """Off, with off measured at batches 1 and 32, after regimes of 600 s at ``loads``."""
+    points = [
+        StepPoint(b, 0, 0, 0, 0.0, 0.010 + 0.001 * b, 500, float(i))
+        for i, b in enumerate([1, 32] * 5)
+    ]
+    return replace(
+        ControllerState.initial(SpecConfig.off()),
+        acceptance=AcceptanceCurve.geometric(0.5, 3),
+        acceptance_drafts=10_000.0,
+        cost_evidence=CostEvidence().add(points, service.cost),
+        regime_lengths=(600.0,) * len(loads),
+        past_loads=tuple(BatchDistribution.constant(b) for b in loads),
+    )
+
+
 @pytest.mark.parametrize(
     ("service", "code", "cheap_restart_s"),
     [(ONE_K, ReasonCode.GAIN_PAYS_RESTART, 1.0), (_VAGUE, ReasonCode.PROBE, 5.0)],
@@ -286,29 +302,11 @@ def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switc
     # 1200 s cycle cost more than drafting gains at batch 1. With a vague step-time prior
     # and only off measured, batch 1 alone would try k=2 as a probe: a probe for one regime
     # answers to the mixture too.
-    points = [
-        StepPoint(b, 0, 0, 0, 0.0, 0.010 + 0.001 * b, 500, float(i))
-        for i, b in enumerate([1, 32] * 5)
-    ]
-    off = replace(
-        ControllerState.initial(SpecConfig.off()),
-        acceptance=AcceptanceCurve.geometric(0.5, 3),
-        acceptance_drafts=10_000.0,
-        cost_evidence=CostEvidence().add(points, service.cost),
-    )
     measured = _window(0, [1] * 60, k=0)
-    alone = decide(off, measured, service, SETTINGS, 0)
+    alone = decide(_off_after(service), measured, service, SETTINGS, 0)
     assert alone.action is Action.RECONFIGURE and alone.code is code
     assert not alone.config.is_off
-    history = replace(
-        off,
-        regime_lengths=(600.0, 600.0, 600.0),
-        past_loads=(
-            BatchDistribution.constant(32),
-            BatchDistribution.constant(1),
-            BatchDistribution.constant(32),
-        ),
-    )
+    history = _off_after(service, 32, 1, 32)
     kept = decide(history, measured, service, SETTINGS, 0)
     assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
     assert "one config for the recent mixture of loads (3 past regimes and this one" in kept.reason
@@ -321,26 +319,11 @@ def test_on_a_ramp_the_past_loads_are_behind_the_service_and_the_choice_is_this_
     """The loads of the alternating test, but falling over the last regimes (32, 16, now
     1): they are not coming back, so the one config that would serve them all (off) is
     not weighed, and batch 1 gets its own best, as with no history at all."""
-    points = [
-        StepPoint(b, 0, 0, 0, 0.0, 0.010 + 0.001 * b, 500, float(i))
-        for i, b in enumerate([1, 32] * 5)
-    ]
-    off = replace(
-        ControllerState.initial(SpecConfig.off()),
-        acceptance=AcceptanceCurve.geometric(0.5, 3),
-        acceptance_drafts=10_000.0,
-        cost_evidence=CostEvidence().add(points, ONE_K.cost),
-    )
     measured = _window(0, [1] * 60, k=0)
-    alone = decide(off, measured, ONE_K, SETTINGS, 0)
+    alone = decide(_off_after(ONE_K), measured, ONE_K, SETTINGS, 0)
 
     def after(*loads: int) -> Decision:
-        history = replace(
-            off,
-            regime_lengths=(600.0,) * len(loads),
-            past_loads=tuple(BatchDistribution.constant(b) for b in loads),
-        )
-        return decide(history, measured, ONE_K, SETTINGS, 0)
+        return decide(_off_after(ONE_K, *loads), measured, ONE_K, SETTINGS, 0)
 
     falling = after(1, 32, 16)
     assert falling.action is Action.RECONFIGURE and falling.config == alone.config

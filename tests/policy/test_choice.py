@@ -26,6 +26,7 @@ from specops.policy import (
     choose,
     crossovers,
     merge_ranges,
+    relative_gain,
 )
 
 COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
@@ -165,6 +166,20 @@ def test_goodput_counts_the_share_of_requests_within_the_target() -> None:
     # off at 12 ms still has the requests that run faster than its mean
     assert 0 < choice.baseline.goodput < 0.1 * choice.baseline.throughput
     assert "measured" not in choice.reason and "the prior" in choice.reason
+
+
+def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none() -> None:
+    """At a 7 ms target (batch 2, log sd 0.1) every config meets it for under 1 % of its
+    requests: a tail the spread does not resolve, so throughput decides the choice and its
+    gain over off, as where no config meets the target at all."""
+    goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=0.007)
+    spread = TpotSpread(base=0.1, heterogeneity=0.0)
+    choice = choose(_inputs({2: 1.0}, objective=goodput, spread=spread))
+    assert all(0 < p.goodput < 0.01 * p.throughput for p in choice.candidates)
+    assert all(p.value == 0 for p in choice.candidates)
+    assert choice.predicted.throughput == max(p.throughput for p in choice.candidates)
+    gain = choice.predicted.throughput / choice.baseline.throughput - 1.0
+    assert relative_gain(choice.predicted, choice.baseline) == pytest.approx(gain)
 
 
 def test_goodput_objective_needs_a_target() -> None:
