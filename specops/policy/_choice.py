@@ -197,11 +197,11 @@ class Prediction:
 
 
 # Below this share of its tokens within the TPOT target a config's goodput is the far tail
-# of the requests' spread: two such tails (0.7 % and 1.4 % at 256 in flight on the
-# benchmark's H100 truth) swing by tens of percent against each other with a few percent
-# of predicted TPOT, and a change between them is no gain to the requests that miss the
-# target either way. Such goodput counts as none, and throughput decides, as it does where
-# no config meets the target at all.
+# of the requests' spread: two such tails (k=1 and k=2 meet a 20 ms target for 4 % and 3 %
+# of their tokens at 256 in flight on the benchmark's H100 truth) swing by tens of percent
+# against each other with a few percent of predicted TPOT, and a change between them is no
+# gain to the requests that miss the target either way. Such goodput counts as none, and
+# throughput decides, as it does where no config meets the target at all.
 _RESOLVED_SHARE = 0.05
 
 
