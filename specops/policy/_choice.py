@@ -228,9 +228,9 @@ def predict(
 def relative_gain(new: Prediction, old: Prediction) -> float:
     """How much better ``new`` is than ``old`` on the objective, as a fraction.
 
-    When ``old`` meets no part of a goodput target its value is 0: the goodput ``new``
-    adds is then measured against all the tokens ``old`` delivers, and with no goodput
-    on either side raw throughput decides, so the fraction stays finite.
+    When ``old`` meets no part of a goodput target, or only its far tail, its value is 0:
+    the goodput ``new`` adds is then measured against all the tokens ``old`` delivers, and
+    with no goodput on either side raw throughput decides, so the fraction stays finite.
     """
     if old.value > 0:
         return new.value / old.value - 1.0
@@ -348,6 +348,9 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
     load_words = inputs.load.describe()
     cross_words = ", ".join(c.describe() for c in cross)
     goal = _objective_words(inputs.objective)
+    if inputs.objective.kind is ObjectiveKind.GOODPUT and best.value == 0 and off.value == 0:
+        # every config's goodput counts as none: the gains below are throughput's
+        goal = f"throughput (no config meets the target for {_RESOLVED_SHARE:.0%} of its tokens)"
     gain = relative_gain(best, off)
     if best.config.is_off or gain < inputs.min_gain:
         smallest = inputs.load.weights[0][0]

@@ -180,6 +180,8 @@ def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none() -> No
     assert choice.predicted.throughput == max(p.throughput for p in choice.candidates)
     gain = choice.predicted.throughput / choice.baseline.throughput - 1.0
     assert relative_gain(choice.predicted, choice.baseline) == pytest.approx(gain)
+    assert "throughput (no config meets the target for 5% of its tokens)" in choice.reason
+    assert "goodput within" not in choice.reason
 
 
 def test_goodput_objective_needs_a_target() -> None:
