@@ -168,19 +168,21 @@ def test_goodput_counts_the_share_of_requests_within_the_target() -> None:
     assert "measured" not in choice.reason and "the prior" in choice.reason
 
 
-def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none() -> None:
-    """At a 7 ms target (batch 2, log sd 0.1) every config meets it for under 1 % of its
-    requests: a tail the spread does not resolve, so throughput decides the choice and its
-    gain over off, as where no config meets the target at all."""
-    goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=0.007)
+@pytest.mark.parametrize("target_s", [0.007, 0.0078])
+def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none(target_s: float) -> None:
+    """At batch 2 with log sd 0.1 every config meets a 7 ms target for under 1 % of its
+    tokens, and a 7.8 ms one for under 10 % (k=2 6 %, k=1 4 %): a tail the spread does not
+    resolve, so throughput decides the choice and its gain over off, as where no config
+    meets the target at all."""
+    goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=target_s)
     spread = TpotSpread(base=0.1, heterogeneity=0.0)
     choice = choose(_inputs({2: 1.0}, objective=goodput, spread=spread))
-    assert all(0 < p.goodput < 0.01 * p.throughput for p in choice.candidates)
+    assert all(p.goodput < 0.1 * p.throughput for p in choice.candidates)
     assert all(p.value == 0 for p in choice.candidates)
     assert choice.predicted.throughput == max(p.throughput for p in choice.candidates)
     gain = choice.predicted.throughput / choice.baseline.throughput - 1.0
     assert relative_gain(choice.predicted, choice.baseline) == pytest.approx(gain)
-    assert "throughput (no config meets the target for 5% of its tokens)" in choice.reason
+    assert "throughput (no config meets the target for 10% of its tokens)" in choice.reason
     assert "goodput within" not in choice.reason
 
 
