@@ -104,8 +104,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # The sidecar is told the engine's batch limit, as the operator tells it, so the
     # crossovers it measures are sought as far as the engine can batch.
     batch_limit = ["--max-num-seqs", "1024"]
+    # The 70B's steps, about twice the 8B's, leave the simulator's CPU time per step inside each
+    # step. On the 8B's (under 10 ms at batch 8) a slow or busy machine could not keep up,
+    # the engine made fewer steps a second than its truth, the sidecar measured that as a
+    # fixed cost per step, rightly found speculation paying at every batch, and the
+    # crossover panel had no series.
+    truth = ["--truth", "llama3.1-70b-h100-tp4"]
     engine_args = [
-        "--model", SERVICE, "--speculative-config", json.dumps(speculative), *batch_limit
+        "--model", SERVICE, "--speculative-config", json.dumps(speculative), *batch_limit, *truth
     ]  # fmt: skip
     with running_sim_engine(engine_args, work / "engine.log") as engine:
         sidecar_args = [
