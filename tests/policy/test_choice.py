@@ -168,8 +168,10 @@ def test_goodput_counts_the_share_of_requests_within_the_target() -> None:
     assert "measured" not in choice.reason and "the prior" in choice.reason
 
 
-@pytest.mark.parametrize("target_s", [0.007, 0.0078])
-def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none(target_s: float) -> None:
+@pytest.mark.parametrize(("target_s", "most", "best"), [(0.007, 0.01, 0.0), (0.0078, 0.1, 0.05)])
+def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none(
+    target_s: float, most: float, best: float
+) -> None:
     """At batch 2 with log sd 0.1 every config meets a 7 ms target for under 1 % of its
     tokens, and a 7.8 ms one for under 10 % (k=2 6 %, k=1 4 %): a tail the spread does not
     resolve, so throughput decides the choice and its gain over off, as where no config
@@ -177,7 +179,8 @@ def test_goodput_that_only_the_far_tail_of_requests_meets_counts_as_none(target_
     goodput = Objective(ObjectiveKind.GOODPUT, tpot_target_s=target_s)
     spread = TpotSpread(base=0.1, heterogeneity=0.0)
     choice = choose(_inputs({2: 1.0}, objective=goodput, spread=spread))
-    assert all(p.goodput < 0.1 * p.throughput for p in choice.candidates)
+    assert all(0 < p.goodput < most * p.throughput for p in choice.candidates)
+    assert max(p.goodput / p.throughput for p in choice.candidates) >= best
     assert all(p.value == 0 for p in choice.candidates)
     assert choice.predicted.throughput == max(p.throughput for p in choice.candidates)
     gain = choice.predicted.throughput / choice.baseline.throughput - 1.0
