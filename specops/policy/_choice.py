@@ -351,7 +351,10 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
     goal = _objective_words(inputs.objective)
     if inputs.objective.kind is ObjectiveKind.GOODPUT and best.value == 0 and off.value == 0:
         # every config's goodput counts as none: the gains below are throughput's
-        goal = f"throughput (no config meets the target for {_RESOLVED_SHARE:.0%} of its tokens)"
+        goal = (
+            f"throughput (no config is predicted to meet the target for "
+            f"{_RESOLVED_SHARE:.0%} of its tokens)"
+        )
     gain = relative_gain(best, off)
     if best.config.is_off or gain < inputs.min_gain:
         smallest = inputs.load.weights[0][0]
