@@ -385,7 +385,25 @@ class LearnedCost:
         return max(seconds, self.floor_s)
 
     def step_time(self, shape: StepShape) -> float:
-        return self.seconds(_shape_features(shape, self.knee_tokens, self.zero_row_positions))
+        """``seconds`` of the shape's features, inlined: the policy prices millions of
+        steps a decision, and the same products summed in the same order give the same
+        float."""
+        c, s, knee = self.coefficients, _SCALE, self.knee_tokens
+        positions = shape.k if shape.k > 0 or not shape.table else self.zero_row_positions
+        drafting = positions > 0 and shape.batch > 0
+        batched = float(shape.batched_tokens)
+        seconds = (
+            c[0] * s[0]
+            + c[1] * (batched * s[1])
+            + c[2] * (float(shape.context_tokens) * s[2])
+            + c[3] * (max(0.0, batched - knee) * s[3])
+            + c[4] * (max(0.0, batched - 2.0 * knee) * s[4])
+            + c[5] * ((float(positions) if drafting else 0.0) * s[5])
+            + c[6] * ((float(shape.batch * positions) if drafting else 0.0) * s[6])
+            + c[7] * ((1.0 if drafting else 0.0) * s[7])
+            + c[8] * ((1.0 if shape.table else 0.0) * s[8])
+        )
+        return max(seconds, self.floor_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,3 +162,23 @@ def test_a_table_and_its_zero_rows_are_priced_from_runs_with_and_without_one() -
     assert model.step_time(replace(on, table=True)) - model.step_time(on) == pytest.approx(
         TABLE_S, rel=0.3
     )
+
+
+@pytest.mark.parametrize("table", [False, True])
+def test_a_steps_time_is_exactly_the_price_of_its_features(table: bool) -> None:
+    """The step time is inlined for speed: it must be the same float as pricing the
+    features the fit uses, for every shape (prefills past the knee and both knees too)."""
+    from specops.policy._learn import LearnedCost, _shape_features
+
+    cost = LearnedCost(
+        coefficients=(4.1e-3, 2.3e-2, 3.9e-2, 7.0e-3, 1.1e-2, 1.9e-4, 2.0e-2, 2.2e-3, 1.5e-3),
+        knee_tokens=400.0,
+        floor_s=1e-3,
+        zero_row_positions=1,
+    )
+    for batch in (0, 1, 7, 64, 255):
+        for k in range(8):
+            for prefill in (0, 300, 2048):
+                shape = StepShape(batch, k, batch * CONTEXT, prefill, table)
+                features = _shape_features(shape, cost.knee_tokens, cost.zero_row_positions)
+                assert cost.step_time(shape) == cost.seconds(features)
