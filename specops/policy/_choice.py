@@ -98,6 +98,7 @@ class SpeedModel:
         default_factory=dict, compare=False, repr=False
     )
     _sigmas: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    _tokens: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     def within(self, point: PointEstimate, target_s: float) -> float:
         """The share of requests whose own TPOT meets ``target_s`` at ``point``."""
@@ -111,7 +112,9 @@ class SpeedModel:
         key = (batch, k, table)
         found = self._memo.get(key)
         if found is None:
-            tokens = self.acceptance.expected_tokens(k)
+            tokens = self._tokens.get(k)
+            if tokens is None:
+                tokens = self._tokens[k] = self.acceptance.expected_tokens(k)
             context = round(batch * self.context_tokens)
             step_s = sum(
                 share * self.cost.step_time(StepShape(batch, k, context, prefill, table))

@@ -11,6 +11,7 @@ the step time comes out short by the knee's share of every prompt.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -44,20 +45,29 @@ class Prompts:
         How many prompts a step takes is Poisson, its rate the prompts that enter while
         the step's tokens are emitted; the shares sum to 1.
         """
-        tokens = emitted * self.per_output_token
-        if tokens <= 0:
-            return ((0, 1.0),)
-        if self.mean_tokens <= 0:
-            return ((round(tokens), 1.0),)
-        rate = tokens / self.mean_tokens
-        if rate > _EXACT:
-            spread = math.sqrt(rate) * self.mean_tokens
-            return tuple((round(max(tokens + x * spread, 0.0)), w) for x, w in _HERMITE)
-        terms: list[tuple[int, float]] = []
-        mass, count, chance = 0.0, 0, math.exp(-rate)
-        while mass < 1.0 - _TAIL:
-            terms.append((round(count * self.mean_tokens), chance))
-            mass += chance
-            count += 1
-            chance *= rate / count
-        return tuple((t, share / mass) for t, share in terms)
+        return _per_step(self.per_output_token, self.mean_tokens, emitted)
+
+
+# Every posterior draw of a decision prices the same steps with the same prompts: the
+# spread of prompts over them is worked out once.
+@functools.lru_cache(maxsize=1 << 16)
+def _per_step(
+    per_output_token: float, mean_tokens: float, emitted: float
+) -> tuple[tuple[int, float], ...]:
+    tokens = emitted * per_output_token
+    if tokens <= 0:
+        return ((0, 1.0),)
+    if mean_tokens <= 0:
+        return ((round(tokens), 1.0),)
+    rate = tokens / mean_tokens
+    if rate > _EXACT:
+        spread = math.sqrt(rate) * mean_tokens
+        return tuple((round(max(tokens + x * spread, 0.0)), w) for x, w in _HERMITE)
+    terms: list[tuple[int, float]] = []
+    mass, count, chance = 0.0, 0, math.exp(-rate)
+    while mass < 1.0 - _TAIL:
+        terms.append((round(count * mean_tokens), chance))
+        mass += chance
+        count += 1
+        chance *= rate / count
+    return tuple((t, share / mass) for t, share in terms)
