@@ -49,8 +49,10 @@ class Prompts:
 
 
 # Every posterior draw of a decision prices the same steps with the same prompts: the
-# spread of prompts over them is worked out once.
-@functools.lru_cache(maxsize=1 << 16)
+# spread of prompts over them is worked out once. A decision prices at most 256 batch sizes
+# x 8 k x with and without a table; the cache holds that many, not a long-lived operator's
+# every window's.
+@functools.lru_cache(maxsize=4096)
 def _per_step(
     per_output_token: float, mean_tokens: float, emitted: float
 ) -> tuple[tuple[int, float], ...]:
