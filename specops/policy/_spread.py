@@ -189,8 +189,9 @@ def _posterior_mean(prior: float, log_likelihood: Callable[[float, float], float
     free: list[float] = []
     for v in grid:
         prior_log = -0.5 * (v / scale) ** 2
-        held.append(log_likelihood(v, 0.0) + prior_log)
-        free.append(_log_mean_exp([log_likelihood(v, shift) for shift in shifts]) + prior_log)
+        at_shifts = [log_likelihood(v, shift) for shift in shifts]
+        held.append(at_shifts[0] + prior_log)  # the first shift is 0: the mean held
+        free.append(_log_mean_exp(at_shifts) + prior_log)
     top = max(*held, *free)
     weights = [math.exp(h - top) + math.exp(f - top) for h, f in zip(held, free, strict=True)]
     return sum(v * w for v, w in zip(grid, weights, strict=True)) / sum(weights)
