@@ -101,7 +101,7 @@ def test_a_few_stray_requests_do_not_stretch_the_spread() -> None:
 def test_a_mean_pulled_up_by_slower_requests_does_not_widen_the_spread(slower: int) -> None:
     """A window seen on a ramp: 506 requests under 25 ms, 221 between 25 and 50 ms, a few
     slower, mean 25.5 ms. No log-normal with that mean fits it (it puts too many above 25
-    ms or too few above 50), and held there the fit ran to a heterogeneity of 0.4 and more;
+    ms or too few above 50), and held there the fit ran to a heterogeneity of 0.39 to 0.45;
     with the mean free to lie below the window's it reads the narrow spread it is."""
     count = 727.0 + slower
     cumulative = tuple(
