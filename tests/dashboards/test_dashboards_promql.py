@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from specops_lab.launch import specops_executable
 
 from specops.dashboards import (
     OPERATOR_DECISIONS,
@@ -60,39 +61,40 @@ VARIABLES = {
 }
 
 
-async def _drive_load(engine: str, seconds: float, concurrency: int) -> int:
-    """Closed-loop clients until ``seconds`` pass; returns completed requests."""
-    done = 0
-    deadline = time.monotonic() + seconds
+async def _load_and_decide(
+    engine: str, sidecar: str, work: Path
+) -> tuple[int, Counter[tuple[str, str]]]:
+    """``LOAD_SECONDS`` of closed-loop load while the control loop decides; completed requests
+    and the count of each (action, reason code) decided.
 
-    async def client(http: httpx.AsyncClient) -> None:
-        nonlocal done
-        while time.monotonic() < deadline:
-            response = await http.post(
-                "/v1/completions",
-                json={"model": SERVICE, "prompt": "Speculate, please.", "max_tokens": 96},
-            )
-            response.raise_for_status()
-            done += 1
-
-    async with httpx.AsyncClient(base_url=engine, timeout=60) as http:
-        await asyncio.gather(*(client(http) for _ in range(concurrency)))
-    return done
-
-
-async def _load_and_decide(engine: str, sidecar: str) -> tuple[int, Counter[tuple[str, str]]]:
-    """Load for ``LOAD_SECONDS`` while the control loop decides; completed requests and the
-    count of each (action, reason code) decided."""
-    return await asyncio.gather(
-        _drive_load(engine, LOAD_SECONDS, concurrency=8),
-        drive_decisions(sidecar, NAMESPACE, SERVICE, POD, engine_k=3, seconds=LOAD_SECONDS),
+    The load runs in its own process, as clients do: in this one, every decision's pricing
+    held the event loop and with it the clients, the engine idled inside the sidecar's
+    intervals, the step-time fit read the idle time as a cost every step pays, and the
+    crossovers went beyond the batch limit.
+    """
+    summary = work / "load.json"
+    load = await asyncio.create_subprocess_exec(
+        specops_executable(), "load", "--url", engine, "--model", SERVICE,
+        "--concurrency", "8", "--duration", str(LOAD_SECONDS), "--max-tokens", "96",
+        "--prompt", "Speculate, please.", "--output", str(summary),
+        stdout=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    decisions = await drive_decisions(
+        sidecar, NAMESPACE, SERVICE, POD, engine_k=3, seconds=LOAD_SECONDS
     )
+    assert await load.wait() == 0, "specops load failed"
+    completed = json.loads(summary.read_text("utf-8"))["completed"]
+    assert isinstance(completed, int)
+    return completed, decisions
 
 
 @dataclass(frozen=True)
 class Stack:
     prometheus: httpx.Client
     decisions: Counter[tuple[str, str]]
+    end: float
+    """When the load's last scrapes were in: the panels are read over the 20 s before, so
+    a test that runs later reads the same samples."""
 
 
 @pytest.fixture(scope="module")
@@ -145,18 +147,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 },
             ]
             with running_prometheus(scrape_configs, work, rule_files=[RULES]) as url:
-                completed, decisions = asyncio.run(_load_and_decide(engine, sidecar))
+                completed, decisions = asyncio.run(_load_and_decide(engine, sidecar, work))
                 assert completed > 0
                 actions = {action for action, _reason in decisions}
                 assert {"Withhold", "Reconfigure", "Rollback"} <= actions, decisions
                 time.sleep(3)  # the last scrapes and rule evaluations
                 with httpx.Client(base_url=url, timeout=30) as client:
-                    yield Stack(client, decisions)
+                    yield Stack(client, decisions, time.time())
 
 
 @pytest.fixture(scope="module")
 def prometheus(stack: Stack) -> httpx.Client:
     return stack.prometheus
+
+
+@pytest.fixture(scope="module")
+def end(stack: Stack) -> float:
+    return stack.end
 
 
 def _models() -> dict[str, dict[str, Any]]:
@@ -185,18 +192,16 @@ def _has_data(result: list[dict[str, Any]]) -> bool:
 
 @pytest.mark.parametrize(("dashboard", "title", "expr"), _targets())
 def test_panel_query_returns_data(
-    prometheus: httpx.Client, dashboard: str, title: str, expr: str
+    prometheus: httpx.Client, end: float, dashboard: str, title: str, expr: str
 ) -> None:
-    end = time.time()
     result = query_range(prometheus, substitute(expr, VARIABLES), end - 20, end, 1)
     assert _has_data(result), f"{dashboard} / {title}: no data for {expr}"
 
 
 @pytest.mark.parametrize(("dashboard", "title", "expr"), _targets(canary=True))
 def test_canary_panel_queries_are_valid_promql(
-    prometheus: httpx.Client, dashboard: str, title: str, expr: str
+    prometheus: httpx.Client, end: float, dashboard: str, title: str, expr: str
 ) -> None:
-    end = time.time()
     assert query_range(prometheus, substitute(expr, VARIABLES), end - 20, end, 1) == []
 
 
@@ -214,8 +219,9 @@ def test_variables_list_the_service(prometheus: httpx.Client, dashboard: str) ->
 
 
 @pytest.mark.parametrize("dashboard", sorted(_models()))
-def test_annotation_queries_are_valid_promql(prometheus: httpx.Client, dashboard: str) -> None:
-    end = time.time()
+def test_annotation_queries_are_valid_promql(
+    prometheus: httpx.Client, end: float, dashboard: str
+) -> None:
     for annotation in _models()[dashboard]["annotations"].get("list", []):
         query_range(prometheus, substitute(annotation["expr"], VARIABLES), end - 20, end, 1)
 
@@ -223,25 +229,21 @@ def test_annotation_queries_are_valid_promql(prometheus: httpx.Client, dashboard
 def test_the_overview_marks_the_first_reconfiguration(stack: Stack) -> None:
     """The service's first Reconfigure and Rollback create their series at 1."""
     (annotation,) = _models()["specops-overview.json"]["annotations"]["list"]
-    end = time.time()
     expr = substitute(annotation["expr"], VARIABLES)
-    result = query_range(stack.prometheus, expr, end - LOAD_SECONDS - 10, end, 1)
+    result = query_range(stack.prometheus, expr, stack.end - LOAD_SECONDS - 10, stack.end, 1)
     assert any(float(v) > 0 for series in result for _, v in series["values"]), expr
 
 
-def _instant(client: httpx.Client, expr: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
-    end = time.time()
+def _instant(stack: Stack, expr: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
     return {
         tuple(series["metric"].get(label, "") for label in by): float(series["values"][-1][1])
-        for series in query_range(client, expr, end, end, 1)
+        for series in query_range(stack.prometheus, expr, stack.end, stack.end, 1)
     }
 
 
 def test_withheld_decisions_by_reason_are_what_the_controller_decided(stack: Stack) -> None:
     selector = f'namespace="{NAMESPACE}", service="{SERVICE}", action="Withhold"'
-    found = _instant(
-        stack.prometheus, counted(OPERATOR_DECISIONS, selector, "5m", ("reason",)), ("reason",)
-    )
+    found = _instant(stack, counted(OPERATOR_DECISIONS, selector, "5m", ("reason",)), ("reason",))
     expected = {
         (reason,): float(count)
         for (action, reason), count in stack.decisions.items()
@@ -253,17 +255,16 @@ def test_withheld_decisions_by_reason_are_what_the_controller_decided(stack: Sta
 def test_the_first_rollback_is_counted(stack: Stack) -> None:
     selector = f'namespace="{NAMESPACE}", service="{SERVICE}"'
     assert stack.decisions["Rollback", "RolloutFailed"] == 1  # its cooldown forbids a second
-    assert _instant(stack.prometheus, counted(OPERATOR_ROLLBACKS, selector, "5m"), ()) == {(): 1.0}
+    assert _instant(stack, counted(OPERATOR_ROLLBACKS, selector, "5m"), ()) == {(): 1.0}
     # The operator exports the counter at 0 before the first event, so increase() (the alert
     # rules) sees it too; it extrapolates a little past the samples, never below them.
     plain = f"sum(increase({OPERATOR_ROLLBACKS}{{{selector}}}[5m]))"
-    (value,) = _instant(stack.prometheus, plain, ()).values()
+    (value,) = _instant(stack, plain, ()).values()
     assert 1.0 <= value < 1.5
 
 
-def test_recording_rules_return_data(prometheus: httpx.Client) -> None:
+def test_recording_rules_return_data(prometheus: httpx.Client, end: float) -> None:
     rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-    end = time.time()
     for group in rules["groups"]:
         for rule in group["rules"]:
             if "record" in rule:
@@ -271,9 +272,8 @@ def test_recording_rules_return_data(prometheus: httpx.Client) -> None:
                 assert _has_data(result), rule["record"]
 
 
-def test_overview_preview_is_drawn_from_prometheus(prometheus: httpx.Client) -> None:
+def test_overview_preview_is_drawn_from_prometheus(prometheus: httpx.Client, end: float) -> None:
     model = _models()["specops-overview.json"]
-    end = time.time()
     panels = fetch_panels(prometheus, model, VARIABLES, end - LOAD_SECONDS, end, 1)
     empty = [p.title for p in panels if not p.series]
     assert set(empty) <= CANARY_PANELS, empty
