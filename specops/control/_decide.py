@@ -643,6 +643,7 @@ def _track(
         measured.num_drafts,
         measured.window_end,
         settings.regime,
+        measured.tpot_histogram.count if measured.tpot_histogram is not None else None,
     )
     if new_regime and state.regime is not None:
         ended = regime.started_at - state.regime.started_at

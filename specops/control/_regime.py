@@ -6,9 +6,18 @@ window is compared with a running average of the regime's windows: the batch-siz
 distribution by a KS distance that ignores moves within a slack factor, the acceptance
 by its relative change. Only ``confirmations`` disagreeing windows in a row start a new
 regime, dated from the first of them, except a window whose acceptance moved by more than
-``decisive_acceptance_shift``: a window's acceptance comes from thousands of drafts, so a
-move that large is the workload's, not noise (a load's distribution, by contrast, moves
-that much in a burst that does not last).
+``decisive_acceptance_shift``: a move that large is the workload's, not noise (a load's
+distribution, by contrast, moves that much in a burst that does not last).
+
+A window's acceptance is not as sure as its thousands of drafts make it look: requests
+differ (one request's E(3) strays from the mean by 16 % on ShareGPT, 8 % on GSM8K, weighed
+by their drafts, in the calibration traces), and a window at low concurrency holds only a
+few of them. On the benchmark's 70B truth at one request in flight, windows of about ten
+requests moved 10 to 20 % from the regime's average with nothing changed, and each started
+or threatened a new regime, whose young age then withheld a change that paid. So both
+thresholds stand at least ``2`` and ``3`` times the move such request-to-request spread
+(``acceptance_request_spread``) gives between the window's finished requests and the
+regime's average.
 
 A load that ramps never disagrees that much with the running average, which follows it
 ``memory`` windows late: on a ramp the regime's load lagged the engine's by several
@@ -21,6 +30,7 @@ fresh regime's (the acceptance's too). The regime goes on, as a ramp is one load
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from specops.policy import AcceptanceCurve, BatchDistribution
@@ -39,6 +49,7 @@ class RegimeSettings:
     confirmations: int = 2
     memory: int = 10
     drift: float = 0.2
+    acceptance_request_spread: float = 0.2
 
     def __post_init__(self) -> None:
         if not 0 < self.distance <= 1:
@@ -49,6 +60,8 @@ class RegimeSettings:
             raise ValueError("decisive_acceptance_shift must be >= acceptance_shift")
         if self.confirmations < 1 or self.memory < 1:
             raise ValueError("regime confirmations and memory must be >= 1")
+        if self.acceptance_request_spread < 0:
+            raise ValueError("acceptance_request_spread must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,16 @@ def _acceptance_move(before: AcceptanceCurve | None, now: AcceptanceCurve | None
     return abs(new / old - 1.0)
 
 
+def _acceptance_noise(regime: Regime, requests: float | None, settings: RegimeSettings) -> float:
+    """The relative move of E(k) that requests differing among themselves make between a
+    window of ``requests`` and the regime's average (of as many, times the windows it
+    averages); 0 when the window's requests are unknown."""
+    if requests is None or requests <= 0:
+        return 0.0
+    averaged = min(regime.windows, settings.memory)
+    return settings.acceptance_request_spread * math.sqrt((1.0 + 1.0 / averaged) / requests)
+
+
 def _blend(
     before: AcceptanceCurve | None, now: AcceptanceCurve | None, weight: float
 ) -> AcceptanceCurve | None:
@@ -98,21 +121,23 @@ def track_regime(
     drafts: float,
     at: float,
     settings: RegimeSettings,
+    requests: float | None = None,
 ) -> tuple[Regime, bool]:
     """Fold one window into the regime; the flag says a new regime began with it.
 
-    ``acceptance`` is None when the window had too few drafts to measure it.
+    ``acceptance`` is None when the window had too few drafts to measure it; ``requests``
+    the requests the window finished (None: unknown).
     """
     if regime is None:
         return Regime(load, acceptance, at, drafts if acceptance is not None else 0.0), True
     acceptance_move = _acceptance_move(regime.acceptance, acceptance)
-    moved = (
-        regime.load.shift_distance(load, settings.slack) > settings.distance
-        or acceptance_move > settings.acceptance_shift
-    )
+    noise = _acceptance_noise(regime, requests, settings)
+    moved = regime.load.shift_distance(
+        load, settings.slack
+    ) > settings.distance or acceptance_move > max(settings.acceptance_shift, 2.0 * noise)
     if moved:
         since = regime.doubted_since if regime.doubted_since is not None else at
-        decisive = acceptance_move > settings.decisive_acceptance_shift
+        decisive = acceptance_move > max(settings.decisive_acceptance_shift, 3.0 * noise)
         if decisive or regime.doubts + 1 >= settings.confirmations:
             return Regime(load, acceptance, since, drafts if acceptance is not None else 0.0), True
         return replace(regime, doubted_since=since, doubts=regime.doubts + 1), False
