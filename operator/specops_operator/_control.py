@@ -46,7 +46,7 @@ from specops.control import (
     service_window,
 )
 from specops.control import ServiceWindow as Window
-from specops.policy import Objective, ObjectiveKind, SpecConfig
+from specops.policy import Objective, ObjectiveKind, SpecConfig, TpotSpread
 from specops.profiles import PerformanceProfile
 from specops.render import (
     CANARY_LABEL,
@@ -75,6 +75,7 @@ from specops_operator._metrics import (
     ROLLBACKS,
     SPECULATIVE_TOKENS,
     STEP_TIME_INTERVALS,
+    TPOT_SPREAD,
 )
 from specops_operator._owners import Writer, owned_status, status_apply
 from specops_operator._reconcile import planned, reconcile
@@ -307,6 +308,26 @@ def _set_or_drop(gauge: Gauge, labels: tuple[str, ...], batch: int | None) -> No
             gauge.remove(*labels)
 
 
+def _report_crossovers(namespace: str, name: str, decision: Decision) -> None:
+    """Each k's crossover learned, its band under the posterior, and the prior's."""
+    for crossover in decision.crossovers:
+        _set_or_drop(CROSSOVER_BATCH_SIZE, (namespace, name, str(crossover.k)), crossover.batch)
+    for crossover in decision.prior_crossovers:
+        _set_or_drop(PRIOR_CROSSOVER, (namespace, name, str(crossover.k)), crossover.batch)
+    for band in decision.crossover_bands:
+        for quantile, batch in (("0.1", band.low), ("0.9", band.high)):
+            _set_or_drop(CROSSOVER_BAND, (namespace, name, str(band.k), quantile), batch)
+
+
+def _report_spread(namespace: str, name: str, spread: TpotSpread) -> None:
+    """The spread's two terms under the source they came from; the other source's dropped."""
+    source, other = ("measured", "prior") if spread.measured_from > 0 else ("prior", "measured")
+    for term, value in (("base", spread.base), ("heterogeneity", spread.heterogeneity)):
+        TPOT_SPREAD.labels(namespace, name, term, source).set(value)
+        with contextlib.suppress(KeyError):
+            TPOT_SPREAD.remove(namespace, name, term, other)
+
+
 def _report_canary(namespace: str, name: str, canary: CanaryReport) -> None:
     for quantity, value in (
         ("measured", canary.gain),
@@ -335,15 +356,11 @@ def _report(namespace: str, name: str, mode: str, decision: Decision) -> None:
     if decision.predicted_gain is not None:
         PREDICTED_GAIN.labels(namespace, name).set(decision.predicted_gain)
     STEP_TIME_INTERVALS.labels(namespace, name).set(decision.state.cost_evidence.points)
-    for crossover in decision.crossovers:
-        _set_or_drop(CROSSOVER_BATCH_SIZE, (namespace, name, str(crossover.k)), crossover.batch)
-    for crossover in decision.prior_crossovers:
-        _set_or_drop(PRIOR_CROSSOVER, (namespace, name, str(crossover.k)), crossover.batch)
-    for band in decision.crossover_bands:
-        for quantile, batch in (("0.1", band.low), ("0.9", band.high)):
-            _set_or_drop(CROSSOVER_BAND, (namespace, name, str(band.k), quantile), batch)
+    _report_crossovers(namespace, name, decision)
     if decision.canary is not None:
         _report_canary(namespace, name, decision.canary)
+    if decision.tpot_spread is not None:
+        _report_spread(namespace, name, decision.tpot_spread)
     if decision.action is Action.RECONFIGURE:
         RECONFIGURATIONS.labels(namespace, name).inc()
     elif decision.action is Action.ROLLBACK:

@@ -20,6 +20,7 @@ __all__ = [
     "SHARD_MOVES",
     "SPECULATIVE_TOKENS",
     "STEP_TIME_INTERVALS",
+    "TPOT_SPREAD",
     "forget_service",
     "start_service",
 ]
@@ -93,6 +94,14 @@ STEP_TIME_INTERVALS = Gauge(
     "Measured intervals the step-time model has learned from; 0: it is the profile's prior.",
     _SERVICE,
 )
+TPOT_SPREAD = Gauge(
+    "specops_tpot_log_spread",
+    "How far one request's TPOT strays from a config's mean, as the log-normal's standard "
+    "deviation's two terms (term label: base, without speculation; heterogeneity, of the "
+    "requests' acceptance, which k multiplies), measured from the window's request TPOT "
+    "histogram or the prior where it measured none (source label).",
+    [*_SERVICE, "term", "source"],
+)
 CANARY_GAIN = Gauge(
     "specops_canary_gain_ratio",
     "The latest canary's gain over the rest of the fleet, as a fraction: measured (its mean "
@@ -130,6 +139,7 @@ def forget_service(namespace: str, name: str) -> None:
         CROSSOVER_BAND,
         PRIOR_CROSSOVER,
         STEP_TIME_INTERVALS,
+        TPOT_SPREAD,
         CANARY_GAIN,
         RECONFIGURATIONS,
         ROLLBACKS,

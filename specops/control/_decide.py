@@ -324,6 +324,9 @@ class Decision:
     window_acceptance: AcceptanceCurve | None = None
     canary: CanaryReport | None = None
     """What the canary in progress, or the one this decision settled, measured."""
+    tpot_spread: TpotSpread | None = None
+    """The per-request TPOT spread the policy priced goodput with: the window's measured,
+    or the prior where it measured none (its ``measured_from`` says which)."""
 
 
 def _restart_cost(state: ControllerState, settings: ControlSettings) -> float:
@@ -1254,6 +1257,7 @@ def _decision(outcome: _Outcome, restart_cost: float, now: float) -> Decision:
         prior_crossovers=evaluation.prior_crossovers if evaluation is not None else (),
         window_acceptance=outcome.window_acceptance,
         canary=outcome.canary,
+        tpot_spread=choice.spread if choice else None,
     )
 
 

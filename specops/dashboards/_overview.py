@@ -200,6 +200,24 @@ def overview() -> db.Dashboard:
         )
         .with_panel(
             timeseries_panel(
+                "Per-request TPOT spread: measured or the prior",
+                "How far one request's time per output token strays from its config's mean "
+                "(log standard deviation), which decides the share of tokens within a TPOT "
+                "target: the base spread, and the requests' acceptance heterogeneity that k "
+                "multiplies. Measured from each window's request TPOT histogram; the prior "
+                "where a window measured none.",
+                [
+                    Query(
+                        f"max by (term, source) ({q.OPERATOR_TPOT_SPREAD}{{{SELECTOR}}})",
+                        "{{term}} ({{source}})",
+                    )
+                ],
+                unit="short",
+                minimum=0,
+            )
+        )
+        .with_panel(
+            timeseries_panel(
                 "Queue, KV cache and preemptions",
                 "Waiting requests, KV-cache use and preemptions per second: a full cache "
                 "preempts, and a longer k reserves more of it; reconfigurations are marked.",

@@ -27,6 +27,7 @@ __all__ = [
     "OPERATOR_ROLLBACKS",
     "OPERATOR_SPECULATIVE_TOKENS",
     "OPERATOR_STEP_TIME_INTERVALS",
+    "OPERATOR_TPOT_SPREAD",
     "PODS_JOB",
     "SIDECAR_ACCEPTANCE_LENGTH",
     "SIDECAR_CONFIGURED_K",
@@ -100,6 +101,9 @@ OPERATOR_CROSSOVER = "specops_crossover_batch_size"
 OPERATOR_CROSSOVER_BAND = "specops_crossover_batch_size_band"
 OPERATOR_PRIOR_CROSSOVER = "specops_prior_crossover_batch_size"
 OPERATOR_STEP_TIME_INTERVALS = "specops_step_time_measured_intervals"
+# A request's log TPOT spread the policy priced goodput with: term (base, heterogeneity) and
+# source (measured from the window's TPOT histogram, or the prior).
+OPERATOR_TPOT_SPREAD = "specops_tpot_log_spread"
 # The latest canary's gain over the fleet: measured (mean, low, high) and predicted.
 OPERATOR_CANARY_GAIN = "specops_canary_gain_ratio"
 OPERATOR_RECONFIGURATIONS = "specops_reconfigurations_total"

@@ -359,6 +359,10 @@ def test_goodput_counts_requests_by_the_spread_the_window_measured() -> None:
     assert "measured from 2000 requests" in measured.reason
     prior = decide(state, _steady(0), ONE_K, goodput, 0)
     assert "the prior" in prior.reason
+    # the decision carries the spread it priced with, for the operator's metrics
+    assert measured.tpot_spread is not None and measured.tpot_spread.measured_from == 2000
+    assert prior.tpot_spread == goodput.tpot_spread
+    assert measured.tpot_spread.heterogeneity != prior.tpot_spread.heterogeneity
     # a wide measured spread leaves k=1 fewer of its requests within the target
     assert measured.config == prior.config == SpecConfig.static(1)
     assert measured.predicted_gain is not None and prior.predicted_gain is not None
