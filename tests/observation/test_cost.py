@@ -158,22 +158,24 @@ def test_a_fit_far_below_the_prior_leaves_no_negative_term() -> None:
 def test_an_engine_that_idled_between_readings_is_timed_by_its_requests_gaps() -> None:
     engine = FakeVllm(k=3)
     engine.load(running=8)
-    before = snapshot_from_reading(parse_exposition(engine.page(), 100.0))
+    readings = [snapshot_from_reading(parse_exposition(engine.page(), 100.0))]
+
+    def ten_seconds(steps: int, gap_s: float) -> float:
+        """``steps`` steps of 8 requests drafting 3, each request's gaps ``gap_s``; the
+        interval's step time."""
+        engine.steps([8 * 2.5] * steps)
+        engine.draft(8 * steps, [6 * steps, 4 * steps, 2 * steps])
+        engine.latencies(tpot=[], itl=[gap_s] * 8 * steps)
+        readings.append(
+            snapshot_from_reading(parse_exposition(engine.page(), 100.0 + 10 * len(readings)))
+        )
+        point = cost_point(interval_between(*readings[-2:]))
+        assert point is not None
+        return point.step_seconds
+
     # 200 steps of 25 ms, then every request done and the engine idle until new ones came:
     # 10 s of wall time hold 5 s of steps, and the requests' gaps between tokens say 25 ms.
-    engine.steps([8 * 2.5] * 200)
-    engine.draft(1600, [1200, 800, 400])
-    engine.latencies(tpot=[], itl=[0.025] * 1600)
-    idled = snapshot_from_reading(parse_exposition(engine.page(), 110.0))
-    point = cost_point(interval_between(before, idled))
-    assert point is not None
-    assert point.step_seconds == pytest.approx(0.025)
-    # Busy throughout, the wall time per step stands: 400 steps in the next 10 s, the gaps
-    # weighing the larger steps more (26 ms).
-    engine.steps([8 * 2.5] * 400)
-    engine.draft(3200, [2400, 1600, 800])
-    engine.latencies(tpot=[], itl=[0.026] * 3200)
-    busy = snapshot_from_reading(parse_exposition(engine.page(), 120.0))
-    point = cost_point(interval_between(idled, busy))
-    assert point is not None
-    assert point.step_seconds == pytest.approx(0.025)
+    assert ten_seconds(200, 0.025) == pytest.approx(0.025)
+    # Busy throughout, the wall time per step stands: 400 steps in 10 s, the gaps weighing
+    # the larger steps more (26 ms).
+    assert ten_seconds(400, 0.026) == pytest.approx(0.025)
