@@ -132,10 +132,9 @@ def track_regime(
         return Regime(load, acceptance, at, drafts if acceptance is not None else 0.0), True
     acceptance_move = _acceptance_move(regime.acceptance, acceptance)
     noise = _acceptance_noise(regime, requests, settings)
-    moved = regime.load.shift_distance(
-        load, settings.slack
-    ) > settings.distance or acceptance_move > max(settings.acceptance_shift, 2.0 * noise)
-    if moved:
+    load_moved = regime.load.shift_distance(load, settings.slack) > settings.distance
+    acceptance_moved = acceptance_move > max(settings.acceptance_shift, 2.0 * noise)
+    if load_moved or acceptance_moved:
         since = regime.doubted_since if regime.doubted_since is not None else at
         decisive = acceptance_move > max(settings.decisive_acceptance_shift, 3.0 * noise)
         if decisive or regime.doubts + 1 >= settings.confirmations:
