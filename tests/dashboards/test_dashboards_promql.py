@@ -68,8 +68,9 @@ async def _load_and_decide(
     and the count of each (action, reason code) decided.
 
     The load runs in its own process, as clients do: in this one, every decision's pricing
-    held the event loop and with it the clients, the engine idled inside the sidecar's
-    intervals, the step-time fit read the idle time as a cost every step pays, and the
+    held the event loop and with it the clients, finished requests went unreplaced, the
+    batch fell inside the sidecar's intervals (23 to 31 batched tokens a step at the same
+    19 ms), the step-time fit read that as compute costing nothing at this size, and the
     crossovers went beyond the batch limit.
     """
     summary = work / "load.json"
@@ -106,11 +107,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # The sidecar is told the engine's batch limit, as the operator tells it, so the
     # crossovers it measures are sought as far as the engine can batch.
     batch_limit = ["--max-num-seqs", "1024"]
-    # The 70B's steps, about twice the 8B's, leave the simulator's CPU time per step inside each
-    # step. On the 8B's (under 10 ms at batch 8) a slow or busy machine could not keep up,
-    # the engine made fewer steps a second than its truth, the sidecar measured that as a
-    # fixed cost per step, rightly found speculation paying at every batch, and the
-    # crossover panel had no series.
+    # The 70B's steps, about twice the 8B's (under 10 ms at batch 8), leave the simulator's
+    # CPU time per step well inside each step, so a slow or busy machine keeps the truth's
+    # step rate.
     truth = ["--truth", "llama3.1-70b-h100-tp4"]
     engine_args = [
         "--model", SERVICE, "--speculative-config", json.dumps(speculative), *batch_limit, *truth
