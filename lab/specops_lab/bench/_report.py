@@ -150,33 +150,51 @@ def _restart_plan(
     """One of ``names`` per segment, serving the most goodput in hindsight when each change
     costs what ``change`` says (a dynamic programme), and the goodput tokens it serves. A
     run ``start`` is where the plan stands before the first segment: leaving it there is
-    a change too."""
-    best: dict[str, tuple[float, tuple[str, ...]]] = (
-        {start: (0.0, ())} if start is not None and start in names else {}
+    a change too. Of plans that serve as much, the one with the fewest changes: where no
+    config serves any goodput (an overload beyond the TPOT target), the plan keeps what
+    ran rather than change for nothing."""
+    # per config the plan ends with: (goodput tokens, -changes), the plan
+    best: dict[str, tuple[tuple[float, int], tuple[str, ...]]] = (
+        {start: ((0.0, 0), ())} if start is not None and start in names else {}
     )
     for index in range(segments):
-        step: dict[str, tuple[float, tuple[str, ...]]] = {}
+        step: dict[str, tuple[tuple[float, int], tuple[str, ...]]] = {}
         for name in names:
-            segment = runs[name].segments[index]
-            kept = segment.goodput * (segment.end - segment.start)
             ways = [
-                (
-                    value
-                    + (
-                        kept
-                        if previous == name
-                        else change.served(runs[previous].segments[index], segment)
-                    ),
-                    (*plan, name),
-                )
-                for previous, (value, plan) in best.items()
+                (_continued(score, runs, previous, name, index, change), (*plan, name))
+                for previous, (score, plan) in best.items()
             ]
-            step[name] = max(ways, key=lambda way: way[0]) if ways else (kept, (name,))
+            step[name] = (
+                max(ways, key=lambda way: way[0])
+                if ways
+                else ((_served(runs[name].segments[index]), 0), (name,))
+            )
         best = step
     if not best:
         return (), 0.0
-    value, plan = max(best.values(), key=lambda found: found[0])
+    (value, _), plan = max(best.values(), key=lambda found: found[0])
     return plan, value
+
+
+def _served(segment: SegmentStats) -> float:
+    return segment.goodput * (segment.end - segment.start)
+
+
+def _continued(
+    score: tuple[float, int],
+    runs: Mapping[str, RunResult],
+    previous: str,
+    name: str,
+    index: int,
+    change: _Change,
+) -> tuple[float, int]:
+    """A plan's (goodput tokens, -changes) once segment ``index`` runs ``name`` after
+    ``previous``."""
+    value, changes = score
+    segment = runs[name].segments[index]
+    if previous == name:
+        return value + _served(segment), changes
+    return value + change.served(runs[previous].segments[index], segment), changes - 1
 
 
 @dataclass(frozen=True)
@@ -334,7 +352,14 @@ def _first(
 def _crossover_targets(
     results: TraceResults, window_s: float, restart_s: float
 ) -> list[TargetResult]:
-    """Off within three windows where the oracle is off, back on within three after."""
+    """Off within three windows where the oracle is off, back on within three after.
+
+    Each is expected only where it pays its restarts on the truth: where the plan that
+    pays them (a window late, from day zero) keeps what ran before, the controller that
+    keeps it is not marked down. Off is skipped where that plan stays on (at a load no
+    config serves within the TPOT target, the oracle's off wins on throughput alone), back
+    on where it stays off.
+    """
     trace = results.trace
     timeline = results.runs[CONTROLLED].timeline
     starts = [0.0]
@@ -345,6 +370,8 @@ def _crossover_targets(
     for index, choice in enumerate(results.oracle_choices):
         previous = results.oracle_choices[index - 1] if index else None
         if choice == "off" and previous != "off":
+            if results.restart_plan and results.restart_plan[index] != "off":
+                continue  # on the truth, staying on serves as much, restarts included
             want_off = True
         elif choice != "off" and previous == "off":
             if results.restart_plan and results.restart_plan[index] == "off":

@@ -164,6 +164,50 @@ def test_back_on_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> N
     assert case(3000.0) == ["t:1:c4"]  # 300 000 gained: turn on
 
 
+def test_off_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> None:
+    """An overload no config serves within the TPOT target: the oracle picks off on
+    throughput, but going off serves no more goodput, so the plan that pays restarts stays
+    on and the controller that stays on is not marked down; where off serves more goodput
+    than its restart costs, it is expected."""
+
+    def case(high_share: float) -> list[str]:
+        trace = LoadTrace(
+            name="t",
+            workload="sharegpt",
+            segments=(
+                Segment(duration_s=600, concurrency=4),
+                Segment(duration_s=600, concurrency=256),
+            ),
+        )
+        tokens = {"off": (60_000, 600_000), "k3": (120_000, 540_000)}
+        share = {"off": (1.0, high_share), "k3": (1.0, 0.0)}
+        runs = {
+            name: RunResult(
+                name,
+                "t",
+                tuple(
+                    _stats(f"s{i}", t, slo_share=share[name][i], seconds=600.0)
+                    for i, t in enumerate(counts)
+                ),
+                0,
+                ((10.0, 4, 3),) if name == "k3" else (),
+                (),
+                "llama3.1-8b-h100-eagle3",
+            )
+            for name, counts in tokens.items()
+        }
+        runs["specops"] = replace(runs["k3"], policy="specops")
+        results = oracle(
+            trace, runs, ["off", "k3"], runnable=["off", "k3"], restart_s=60, start="k3"
+        )
+        assert results.oracle_choices == ("k3", "off")
+        targets = evaluate_targets([results], window_s=60, restart_s=60)
+        return [t.trace for t in targets if t.target.startswith("crossover: speculation off")]
+
+    assert case(0.0) == []  # no goodput either way: off is the oracle's on throughput alone
+    assert case(1.0) == ["t:1:c256"]  # 1000/s of goodput against none: off is expected
+
+
 def test_the_reachable_plan_starts_at_day_zero_and_pays_each_restart() -> None:
     """From day zero's k3, leaving it in the first segment loses the restart's share of
     that segment: the plan and its goodput say so, and the mixed target reports the
