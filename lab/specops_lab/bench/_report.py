@@ -304,7 +304,13 @@ def _mixed_targets(results: TraceResults) -> list[TargetResult]:
                 "mixed: ahead of the best single static k",
                 name,
                 mine > static,
-                f"specops {mine:.0f} vs {best_static} {static:.0f} ({mine / static - 1:+.1%})",
+                f"specops {mine:.0f} vs {best_static} {static:.0f} ({mine / static - 1:+.1%})"
+                + (
+                    f"; hindsight's best plan from day zero {reachable:.0f} "
+                    f"({reachable / static - 1:+.1%})"
+                    if reachable
+                    else ""
+                ),
             )
         )
     if VLLM_TABLE in results.runs:

@@ -233,6 +233,13 @@ def test_the_reachable_plan_starts_at_day_zero_and_pays_each_restart() -> None:
     )
     # oracle 25 tok/s, reachable 20, specops 23.5
     assert "reaches 0.800 of it, specops 1.175 of that" in target.detail
+    static = next(
+        t
+        for t in evaluate_targets([free])
+        if t.target == "mixed: ahead of the best single static k"
+    )
+    # k1 throughout serves 20 tok/s; from day zero's k3 the best plan serves 20.5
+    assert static.passed and "best plan from day zero 20 (+2.5%)" in static.detail
 
 
 def test_without_a_runnable_config_there_is_no_reachable_figure() -> None:
