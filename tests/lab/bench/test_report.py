@@ -28,6 +28,38 @@ def _run(policy: str, tokens: tuple[int, int], restarts: int = 0) -> RunResult:
     return RunResult(policy, "t", segments, restarts, (), (), "llama3.1-8b-h100-eagle3")
 
 
+def _runs(
+    segments: dict[str, tuple[tuple[int, float, float], ...]],
+    timelines: dict[str, tuple[tuple[float, int, int], ...]],
+) -> dict[str, RunResult]:
+    """A fixed-config run per policy from its segments' (tokens, seconds, share within
+    the TPOT target), with the timeline of what the engine ran where one is given."""
+    return {
+        name: RunResult(
+            name,
+            "t",
+            tuple(
+                _stats(f"s{i}", tokens, slo_share=share, seconds=seconds)
+                for i, (tokens, seconds, share) in enumerate(parts)
+            ),
+            0,
+            timelines.get(name, ()),
+            (),
+            "llama3.1-8b-h100-eagle3",
+        )
+        for name, parts in segments.items()
+    }
+
+
+def _trace(*segments: tuple[float, int]) -> LoadTrace:
+    """A ShareGPT trace of (seconds, concurrency) segments."""
+    return LoadTrace(
+        name="t",
+        workload="sharegpt",
+        segments=tuple(Segment(duration_s=d, concurrency=c) for d, c in segments),
+    )
+
+
 TRACE = LoadTrace(
     name="t",
     workload="sharegpt",
@@ -64,15 +96,7 @@ def test_mixed_targets_compare_with_oracle_static_and_regime_changes() -> None:
 
 
 def test_speculation_must_go_off_and_back_on_within_three_windows() -> None:
-    trace = LoadTrace(
-        name="t",
-        workload="sharegpt",
-        segments=(
-            Segment(duration_s=600, concurrency=4),
-            Segment(duration_s=600, concurrency=200),
-            Segment(duration_s=600, concurrency=4),
-        ),
-    )
+    trace = _trace((600, 4), (600, 200), (600, 4))
 
     def run(
         policy: str, tokens: tuple[int, int, int], timeline: tuple[tuple[float, int, int], ...] = ()
@@ -126,32 +150,16 @@ def test_back_on_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> N
     controller that stays off is not marked down; a long one pays, and is expected."""
 
     def case(low_s: float) -> list[str]:
-        trace = LoadTrace(
-            name="t",
-            workload="sharegpt",
-            segments=(
-                Segment(duration_s=600, concurrency=200),
-                Segment(duration_s=low_s, concurrency=4),
-                Segment(duration_s=600, concurrency=200),
-            ),
-        )
+        trace = _trace((600, 200), (low_s, 4), (600, 200))
         goodput = {"off": (1000.0, 100.0, 1000.0), "k3": (50.0, 200.0, 50.0)}
         seconds = (600.0, low_s, 600.0)
-        runs = {
-            name: RunResult(
-                name,
-                "t",
-                tuple(
-                    _stats(f"s{i}", round(g * seconds[i]), seconds=seconds[i])
-                    for i, g in enumerate(rates)
-                ),
-                0,
-                ((10.0, 200, 0),) if name == "off" else (),
-                (),
-                "llama3.1-8b-h100-eagle3",
-            )
-            for name, rates in goodput.items()
-        }
+        runs = _runs(
+            {
+                name: tuple((round(g * t), t, 1.0) for g, t in zip(rates, seconds, strict=True))
+                for name, rates in goodput.items()
+            },
+            {"off": ((10.0, 200, 0),)},
+        )
         runs["specops"] = replace(runs["off"], policy="specops")
         results = oracle(trace, runs, ["off", "k3"], runnable=["off", "k3"], restart_s=60)
         assert results.oracle_choices == ("off", "k3", "off")
@@ -171,31 +179,14 @@ def test_off_is_expected_only_where_it_pays_its_restarts_on_the_truth() -> None:
     than its restart costs, it is expected."""
 
     def case(high_share: float) -> list[str]:
-        trace = LoadTrace(
-            name="t",
-            workload="sharegpt",
-            segments=(
-                Segment(duration_s=600, concurrency=4),
-                Segment(duration_s=600, concurrency=256),
-            ),
+        trace = _trace((600, 4), (600, 256))
+        runs = _runs(
+            {
+                "off": ((60_000, 600.0, 1.0), (600_000, 600.0, high_share)),
+                "k3": ((120_000, 600.0, 1.0), (540_000, 600.0, 0.0)),
+            },
+            {"k3": ((10.0, 4, 3),)},
         )
-        tokens = {"off": (60_000, 600_000), "k3": (120_000, 540_000)}
-        share = {"off": (1.0, high_share), "k3": (1.0, 0.0)}
-        runs = {
-            name: RunResult(
-                name,
-                "t",
-                tuple(
-                    _stats(f"s{i}", t, slo_share=share[name][i], seconds=600.0)
-                    for i, t in enumerate(counts)
-                ),
-                0,
-                ((10.0, 4, 3),) if name == "k3" else (),
-                (),
-                "llama3.1-8b-h100-eagle3",
-            )
-            for name, counts in tokens.items()
-        }
         runs["specops"] = replace(runs["k3"], policy="specops")
         results = oracle(
             trace, runs, ["off", "k3"], runnable=["off", "k3"], restart_s=60, start="k3"
