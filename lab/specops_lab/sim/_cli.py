@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -172,14 +173,21 @@ def serve(
 )
 @click.option("--workload", default="sharegpt", show_default=True)
 @click.option("--seed", default=0, show_default=True, type=int)
-def validate(out: str, truths: tuple[str, ...], workload: str, seed: int) -> None:
+@click.option(
+    "--jobs",
+    default=min(2, os.cpu_count() or 1),
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Processes measuring the (batch, k) runs side by side; the table is the same.",
+)
+def validate(out: str, truths: tuple[str, ...], workload: str, seed: int, jobs: int) -> None:
     """Measure each truth in the engine beside published figures: validation.md and PNGs."""
     from specops_lab.sim._validate import load_truths, render_markdown, validate_truth, write_report
 
     try:
         validations = []
         for truth in load_truths(truths):
-            validations.append(validate_truth(truth, workload=workload, seed=seed))
+            validations.append(validate_truth(truth, workload=workload, seed=seed, jobs=jobs))
             click.echo(render_markdown(validations[-1]))
     except EngineConfigError as exc:
         raise click.ClickException(str(exc)) from exc

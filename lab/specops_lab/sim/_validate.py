@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,20 +222,39 @@ def measure_speedups(
     requests_per_slot: int = 2,
     min_requests: int = MIN_REQUESTS,
     seed: int = 0,
+    jobs: int = 1,
 ) -> SpeedupTable:
-    """Closed loop at each batch: ``max(min_requests, requests_per_slot * batch)`` measured."""
+    """Closed loop at each batch: ``max(min_requests, requests_per_slot * batch)`` measured.
+
+    Each (batch, k) is its own seeded run, so ``jobs`` processes measure the same table;
+    the largest batches, the slowest, are handed out first.
+    """
     spec = load_workload(workload) if isinstance(workload, str) else workload
+    cells = sorted(
+        ((batch, k) for batch in batches for k in (None, *ks)), key=lambda cell: -cell[0]
+    )
+    runs = [
+        (truth, spec, batch, k, max(min_requests, requests_per_slot * batch), seed)
+        for batch, k in cells
+    ]
+    if jobs > 1 and len(runs) > 1:
+        with ProcessPoolExecutor(min(jobs, len(runs))) as pool:
+            measured = dict(zip(cells, pool.map(_measure, runs), strict=True))
+    else:
+        measured = dict(zip(cells, map(_measure, runs), strict=True))
     speedup: dict[int, dict[int, float]] = {}
     acceptance: dict[int, dict[int, float]] = {}
     for batch in batches:
-        requests = max(min_requests, requests_per_slot * batch)
-        base, _ = _throughput(truth, spec, batch, None, requests, seed)
-        speedup[batch], acceptance[batch] = {}, {}
-        for k in ks:
-            throughput, length = _throughput(truth, spec, batch, k, requests, seed)
-            speedup[batch][k] = throughput / base
-            acceptance[batch][k] = length
+        base, _ = measured[batch, None]
+        speedup[batch] = {k: measured[batch, k][0] / base for k in ks}
+        acceptance[batch] = {k: measured[batch, k][1] for k in ks}
     return SpeedupTable(truth.name, spec.name, speedup, acceptance)
+
+
+def _measure(
+    run: tuple[EngineTruth, WorkloadSpec, int, int | None, int, int],
+) -> tuple[float, float]:
+    return _throughput(*run)
 
 
 def context_workload(context: int) -> WorkloadSpec:
@@ -260,8 +280,9 @@ def validate_truth(
     min_requests: int = MIN_REQUESTS,
     context_min_requests: int = CONTEXT_MIN_REQUESTS,
     seed: int = 0,
+    jobs: int = 1,
 ) -> TruthValidation:
-    """Every measurement of the report for one truth."""
+    """Every measurement of the report for one truth, in ``jobs`` processes."""
     table = measure_speedups(
         truth=truth,
         workload=workload,
@@ -270,6 +291,7 @@ def validate_truth(
         requests_per_slot=requests_per_slot,
         min_requests=min_requests,
         seed=seed,
+        jobs=jobs,
     )
     by_context = {
         context: measure_speedups(
@@ -280,6 +302,7 @@ def validate_truth(
             requests_per_slot=requests_per_slot,
             min_requests=context_min_requests,
             seed=seed,
+            jobs=jobs,
         )
         for context in contexts
     }

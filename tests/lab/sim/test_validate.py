@@ -26,7 +26,22 @@ def table() -> SpeedupTable:
         batches=(1, 2, 8, 16, 32, 64, 128, 256),
         requests_per_slot=1,
         min_requests=48,
+        jobs=2,
     )
+
+
+def test_processes_measure_the_same_table() -> None:
+    def measured(jobs: int) -> SpeedupTable:
+        return measure_speedups(
+            truth=load_truth(DEFAULT_TRUTH),
+            batches=(1, 8),
+            ks=(1, 3),
+            requests_per_slot=1,
+            min_requests=8,
+            jobs=jobs,
+        )
+
+    assert measured(1) == measured(2)
 
 
 def test_speculation_pays_at_small_batch(table: SpeedupTable) -> None:
@@ -72,7 +87,7 @@ def test_the_checks_pass_within_one_k_and_within_ten_percent() -> None:
 def test_the_default_truth_passes_both_published_checks_at_every_batch() -> None:
     """vLLM's best k by batch within one and the EAGLE-3 paper within 10 %, measured as the
     report measures them (minutes: hundreds of requests per batch and k)."""
-    table = measure_speedups(truth=load_truth(DEFAULT_TRUTH))
+    table = measure_speedups(truth=load_truth(DEFAULT_TRUTH), jobs=2)
     paper = eagle3_paper_checks(table)
     documented = vllm_table_checks(table)
     assert {c.batch for c in paper} == set(EAGLE3_PAPER)
