@@ -13,7 +13,8 @@ import click
 from specops_lab.bench._plots import plot_all
 from specops_lab.bench._report import evaluate_targets, markdown, results_json
 from specops_lab.bench._spec import BenchError, load_suite
-from specops_lab.bench._suite import default_jobs, run_suite
+from specops_lab.bench._suite import run_suite
+from specops_lab.sim import default_jobs
 
 __all__ = ["bench"]
 

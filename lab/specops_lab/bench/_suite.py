@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -25,7 +24,6 @@ from specops_lab.bench._truth_table import truth_table
 __all__ = [
     "VLLM_DOCUMENTED_TABLE",
     "compare_on_trace",
-    "default_jobs",
     "policies_for",
     "run_suite",
 ]
@@ -81,11 +79,6 @@ def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
         )
         for label, mix in mixes.values()
     ]
-
-
-def default_jobs() -> int:
-    """Worker processes for independent runs: two, or fewer on a smaller machine."""
-    return min(2, os.cpu_count() or 1)
 
 
 def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:

@@ -47,6 +47,7 @@ from specops_lab.sim._engine import (
     parse_speculative_config,
 )
 from specops_lab.sim._exposition import render_metrics
+from specops_lab.sim._jobs import default_jobs
 from specops_lab.sim._metrics import EngineMetrics, HistogramSnapshot
 from specops_lab.sim._truth import (
     DEFAULT_TRUTH,
@@ -103,6 +104,7 @@ __all__ = [
     "VerifyTruth",
     "Workload",
     "WorkloadSpec",
+    "default_jobs",
     "k_lookup_table",
     "load_trace_set",
     "load_truth",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 
 from specops.errors import EngineConfigError
 from specops.vllm import full_flag, vllm_argv
+from specops_lab.sim._jobs import default_jobs
 from specops_lab.sim._truth import DEFAULT_TRUTH
 
 __all__ = ["sim"]
@@ -175,7 +175,7 @@ def serve(
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
     "--jobs",
-    default=min(2, os.cpu_count() or 1),
+    default=default_jobs(),
     show_default=True,
     type=click.IntRange(min=1),
     help="Processes measuring the (batch, k) runs side by side; the table is the same.",
