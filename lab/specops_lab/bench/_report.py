@@ -59,7 +59,7 @@ def summarize(segments: Sequence[SegmentStats], restarts: int) -> Summary:
     tpots = np.asarray([t for s in segments for t in s.tpots])
     return Summary(
         throughput=sum(s.tokens for s in segments) / duration,
-        goodput=sum(s.goodput * (s.end - s.start) for s in segments) / duration,
+        goodput=sum(_served(s) for s in segments) / duration,
         mean_tpot_s=float(tpots.mean()) if tpots.size else float("nan"),
         p90_tpot_s=float(np.percentile(tpots, 90)) if tpots.size else float("nan"),
         restarts=restarts,
@@ -177,6 +177,7 @@ def _restart_plan(
 
 
 def _served(segment: SegmentStats) -> float:
+    """The goodput tokens the segment served."""
     return segment.goodput * (segment.end - segment.start)
 
 
@@ -375,16 +376,11 @@ def _crossover_targets(
     out = []
     for index, choice in enumerate(results.oracle_choices):
         previous = results.oracle_choices[index - 1] if index else None
-        if choice == "off" and previous != "off":
-            if results.restart_plan and results.restart_plan[index] != "off":
-                continue  # on the truth, staying on serves as much, restarts included
-            want_off = True
-        elif choice != "off" and previous == "off":
-            if results.restart_plan and results.restart_plan[index] == "off":
-                continue  # on the truth, staying off serves more, restarts included
-            want_off = False
-        else:
-            continue
+        want_off = choice == "off"
+        if want_off == (previous == "off"):
+            continue  # the oracle neither turns speculation off nor back on here
+        if results.restart_plan and (results.restart_plan[index] == "off") != want_off:
+            continue  # on the truth, keeping what ran serves as much, restarts included
         start, end = starts[index], starts[index + 1]
         found = _first(timeline, start, end, want_off)
         when = "never" if found is None else f"after {found - start:.0f} s"
