@@ -19,6 +19,7 @@ from specops.policy._choice import (
 )
 from specops.policy._config import ScheduleRange, SpecConfig
 from specops.policy._cost import DraftCost, StepCostModel, StepShape, StepTime
+from specops.policy._crossing import draw_crossovers
 from specops.policy._learn import (
     TERMS,
     CostEvidence,
@@ -66,6 +67,7 @@ __all__ = [
     "cost_prior",
     "crossovers",
     "draft_reach",
+    "draw_crossovers",
     "expected_tokens_geometric",
     "merge_ranges",
     "predict",

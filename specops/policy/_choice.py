@@ -60,6 +60,10 @@ class Objective:
             raise ValueError("a Goodput objective needs tpot_target_s > 0")
 
 
+Steps = tuple[tuple[StepShape, float], ...]
+"""The steps a point's time is the mean of, each shape with its share of them."""
+
+
 @dataclass(frozen=True)
 class PointEstimate:
     """One step at batch ``batch`` with ``k`` drafts: its time and expected emitted tokens."""
@@ -107,20 +111,30 @@ class SpeedModel:
             sigma = self._sigmas[point.k] = self.spread.sigma(self.acceptance, point.k)
         return share_within(point.tpot_s, target_s, sigma)
 
+    def tokens(self, k: int) -> float:
+        """E(k): the tokens a step with ``k`` drafts emits per request."""
+        tokens = self._tokens.get(k)
+        if tokens is None:
+            tokens = self._tokens[k] = self.acceptance.expected_tokens(k)
+        return tokens
+
+    def shapes(self, batch: int, k: int, table: bool = False) -> Steps:
+        """The steps a point's time is the mean of: (shape, share) by the prompts they take."""
+        context = round(batch * self.context_tokens)
+        return tuple(
+            (StepShape(batch, k, context, prefill, table), share)
+            for prefill, share in self.prompts.per_step(batch * self.tokens(k))
+        )
+
     def point(self, batch: int, k: int, table: bool = False) -> PointEstimate:
         """One step at ``batch`` with ``k`` drafts, under a per-batch-size table or not."""
         key = (batch, k, table)
         found = self._memo.get(key)
         if found is None:
-            tokens = self._tokens.get(k)
-            if tokens is None:
-                tokens = self._tokens[k] = self.acceptance.expected_tokens(k)
-            context = round(batch * self.context_tokens)
             step_s = sum(
-                share * self.cost.step_time(StepShape(batch, k, context, prefill, table))
-                for prefill, share in self.prompts.per_step(batch * tokens)
+                share * self.cost.step_time(shape) for shape, share in self.shapes(batch, k, table)
             )
-            found = PointEstimate(batch, k, step_s, tokens)
+            found = PointEstimate(batch, k, step_s, self.tokens(k))
             self._memo[key] = found
         return found
 

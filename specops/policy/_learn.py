@@ -384,6 +384,10 @@ class LearnedCost:
         seconds = sum(c * v for c, v in zip(self.coefficients, features, strict=True))
         return max(seconds, self.floor_s)
 
+    def features(self, shape: StepShape) -> tuple[float, ...]:
+        """The (scaled) features ``seconds`` prices for ``shape``."""
+        return _shape_features(shape, self.knee_tokens, self.zero_row_positions)
+
     def step_time(self, shape: StepShape) -> float:
         """``seconds`` of the shape's features, inlined: the policy prices millions of
         steps a decision, and the same products summed in the same order give the same

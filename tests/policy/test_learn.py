@@ -10,11 +10,14 @@ from specops.policy import (
     AcceptanceCurve,
     CostEvidence,
     CostPosterior,
+    Prompts,
     SpeedModel,
     StepPoint,
     StepShape,
     best_k_by_batch,
     cost_prior,
+    crossovers,
+    draw_crossovers,
 )
 from tests.policy.fit import H100_FIT
 
@@ -168,7 +171,7 @@ def test_a_table_and_its_zero_rows_are_priced_from_runs_with_and_without_one() -
 def test_a_steps_time_is_exactly_the_price_of_its_features(table: bool) -> None:
     """The step time is inlined for speed: it must be the same float as pricing the
     features the fit uses, for every shape (prefills past the knee and both knees too)."""
-    from specops.policy._learn import LearnedCost, _shape_features
+    from specops.policy._learn import LearnedCost
 
     cost = LearnedCost(
         coefficients=(4.1e-3, 2.3e-2, 3.9e-2, 7.0e-3, 1.1e-2, 1.9e-4, 2.0e-2, 2.2e-3, 1.5e-3),
@@ -180,5 +183,24 @@ def test_a_steps_time_is_exactly_the_price_of_its_features(table: bool) -> None:
         for k in range(8):
             for prefill in (0, 300, 2048):
                 shape = StepShape(batch, k, batch * CONTEXT, prefill, table)
-                features = _shape_features(shape, cost.knee_tokens, cost.zero_row_positions)
-                assert cost.step_time(shape) == cost.seconds(features)
+                assert cost.step_time(shape) == cost.seconds(cost.features(shape))
+
+
+@pytest.mark.parametrize("floor_s", [1e-5, 9e-3])
+def test_each_draws_crossovers_are_those_of_its_own_speed_model(floor_s: float) -> None:
+    """Pricing every draw through each point's mean features finds the crossovers a
+    speed model per draw finds, prompts spread over the steps and a floor that binds on
+    the smallest steps (9 ms) or on none."""
+    prior = cost_prior(PROFILE)
+    evidence = CostEvidence().add(_points(3, [4, 32, 96, 160]), prior)
+    draws = tuple(
+        replace(d, floor_s=floor_s) for d in CostPosterior.of(prior, evidence).draws(12, seed=7)
+    )
+    prompts = Prompts(per_output_token=0.8, mean_tokens=600.0)
+    template = SpeedModel(draws[0], ACCEPTANCE, CONTEXT, prompts)
+    ks = tuple(range(1, 8))
+    expected = tuple(
+        crossovers(SpeedModel(d, ACCEPTANCE, CONTEXT, prompts), ks, 256) for d in draws
+    )
+    assert draw_crossovers(template, draws, ks, 256) == expected
+    assert len({c for drawn in expected for c in drawn}) > len(ks)  # the draws disagree
