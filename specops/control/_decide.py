@@ -566,6 +566,16 @@ def expected_remaining(lengths: tuple[float, ...], age: float, settings: Control
     return min(max(expected, settings.regime_min_s), settings.regime_max_s)
 
 
+def _may_probe(state: ControllerState, regime: Regime) -> bool:
+    """Whether a probe may run now: never as the second change of one load regime.
+
+    A probe is an experiment the likely gain does not pay for; after a change in this
+    regime (a probe or a gain that paid) another one would reconfigure the same load twice.
+    What the first change measured stays, and a gain that is likely still acts.
+    """
+    return state.last_change_at is None or state.last_change_at < regime.started_at
+
+
 def _worth_probing(
     choice: PolicyChoice,
     load: BatchDistribution,
@@ -703,9 +713,12 @@ def _evaluate(
     )
     mean_gain = choice.gain_over_current
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
-    probe = _worth_probing(choice, regime.load, state, mean_gain, likely, horizon, settings)
+    probe = _may_probe(state, regime) and _worth_probing(
+        choice, regime.load, state, mean_gain, likely, horizon, settings
+    )
     evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
-    evaluation = _probe_off(state, evaluation, regime.load, models, settings)
+    if _may_probe(state, regime):
+        evaluation = _probe_off(state, evaluation, regime.load, models, settings)
     return _over_the_mixture(
         state, regime, evaluation, acceptance, measured, service, cost, models, settings
     )

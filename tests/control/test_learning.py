@@ -12,6 +12,7 @@ from specops.control import (
     ControllerState,
     ControlSettings,
     ReasonCode,
+    Regime,
     ServiceModel,
     decide,
     expected_remaining,
@@ -154,3 +155,28 @@ def test_off_chosen_at_the_mean_but_unlikely_under_the_draws_is_probed() -> None
     assert decision.config.is_off
     assert decision.likely_gain is not None and decision.likely_gain < settings.min_gain
     assert "speculation off was never measured" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("state", "observation"),
+    [
+        (ControllerState.initial(SpecConfig.static(1)), _observation(8, 1)),  # k = 7 probed
+        (  # off probed
+            _at_k3(*(replace(_high_load(3, 0.014), end=float(i)) for i in range(20))),
+            _observation(128, 3, 0.3),
+        ),
+    ],
+)
+def test_a_probe_is_never_the_second_change_of_one_load_regime(
+    state: ControllerState, observation: ControlInput
+) -> None:
+    # The same load for 1000 s; the last change was before it began, or inside it.
+    assert observation.load is not None
+    regime = Regime(observation.load, None, started_at=-1000.0, windows=16)
+
+    def probed(last_change_at: float) -> bool:
+        at = replace(state, regime=regime, last_change_at=last_change_at)
+        return decide(at, observation, SERVICE, SETTINGS, 0.0).code is ReasonCode.PROBE
+
+    assert probed(-1200.0)
+    assert not probed(-400.0)
