@@ -2,9 +2,11 @@
 
 from specops_lab.bench._report import (
     ORACLE,
+    DecisionCost,
     Summary,
     TargetResult,
     TraceResults,
+    decision_cost,
     evaluate_targets,
     markdown,
     oracle,
@@ -46,6 +48,7 @@ __all__ = [
     "BenchSuite",
     "ControlledPolicy",
     "ControllerSpec",
+    "DecisionCost",
     "DecisionRecord",
     "FixedPolicy",
     "GoodputRule",
@@ -61,6 +64,7 @@ __all__ = [
     "TraceEntry",
     "TraceResults",
     "compare_on_trace",
+    "decision_cost",
     "evaluate_targets",
     "load_suite",
     "markdown",

@@ -88,7 +88,7 @@ def bench(
         timing += f" (target for the short suite: under {_SHORT_WALL_TARGET_S:.0f} s: "
         timing += "met)" if met else "NOT met)"
         run |= {"wall_target_s": _SHORT_WALL_TARGET_S, "wall_target_met": met}
-    report = markdown(results, targets, command) + f"\n{timing}.\n"
+    report = markdown(results, targets, command, suite.controller.window_s) + f"\n{timing}.\n"
     (out / "results.md").write_text(report, encoding="utf-8")
     payload = {**results_json(results, targets, command), **run}
     (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")

@@ -29,10 +29,12 @@ from specops_lab.bench._spec import LoadTrace
 
 __all__ = [
     "ORACLE",
+    "DecisionCost",
     "Summary",
     "TargetResult",
     "TraceResults",
     "cross_table",
+    "decision_cost",
     "evaluate_targets",
     "markdown",
     "oracle",
@@ -455,12 +457,67 @@ def cross_table(all_results: Sequence[TraceResults]) -> list[str]:
     return [*lines, ""]
 
 
+@dataclass(frozen=True)
+class DecisionCost:
+    """What the controller's decisions cost in CPU over every run: their count, mean, median,
+    99th percentile and largest, in seconds (the benchmark's process clock on this machine)."""
+
+    decisions: int
+    mean_s: float
+    median_s: float
+    p99_s: float
+    max_s: float
+
+    def services_per_core(self, window_s: float) -> float:
+        """How many services one core decides for at one decision a window, on average."""
+        return window_s / self.mean_s if self.mean_s > 0 else float("inf")
+
+
+def decision_cost(all_results: Sequence[TraceResults]) -> DecisionCost | None:
+    """The controller's decision CPU over every trace and truth; None without a decision."""
+    seconds = [
+        cpu
+        for results in all_results
+        if CONTROLLED in results.runs
+        for cpu in results.runs[CONTROLLED].decide_cpu_s
+    ]
+    if not seconds:
+        return None
+    values = np.asarray(seconds)
+    return DecisionCost(
+        decisions=len(seconds),
+        mean_s=float(values.mean()),
+        median_s=float(np.median(values)),
+        p99_s=float(np.quantile(values, 0.99)),
+        max_s=float(values.max()),
+    )
+
+
+def decision_cost_lines(cost: DecisionCost | None, window_s: float) -> list[str]:
+    """The decision cost in words, with the fleet one core can carry at that cost."""
+    if cost is None:
+        return []
+    return [
+        "### What a decision costs",
+        "",
+        f"{cost.decisions} decisions of {CONTROLLED} over every trace and truth took "
+        f"{_ms(cost.mean_s)} ms of CPU on average (median {_ms(cost.median_s)}, p99 "
+        f"{_ms(cost.p99_s)}, largest {_ms(cost.max_s)}), measured by the process clock around "
+        f"each decision on this machine: at one decision a {window_s:.0f} s window, one core "
+        f"decides for about {cost.services_per_core(window_s):.0f} services.",
+        "",
+    ]
+
+
 def _ms(seconds: float) -> str:
     return "—" if seconds != seconds else f"{seconds * 1e3:.1f}"
 
 
 def markdown(
-    all_results: Sequence[TraceResults], targets: Sequence[TargetResult], command: str
+    all_results: Sequence[TraceResults],
+    targets: Sequence[TargetResult],
+    command: str,
+    window_s: float,
 ) -> str:
     lines = [f"Command: `{command}`", ""]
     for results in all_results:
@@ -495,6 +552,7 @@ def markdown(
         if trace.sweep:
             lines += _sweep_table(results)
     lines += cross_table(all_results)
+    lines += decision_cost_lines(decision_cost(all_results), window_s)
     lines += ["### Targets", "", "| target | trace | result | detail |", "|---|---|---|---|"]
     for t in targets:
         lines.append(f"| {t.target} | {t.trace} | {'PASS' if t.passed else 'FAIL'} | {t.detail} |")
@@ -555,8 +613,10 @@ def results_json(
             "restart_plan": list(results.restart_plan),
             "reachable_goodput": results.reachable_goodput,
         }
+    cost = decision_cost(all_results)
     return {
         "command": command,
         "traces": traces,
         "targets": [asdict(t) for t in targets],
+        "decision_cpu": asdict(cost) if cost is not None else None,
     }

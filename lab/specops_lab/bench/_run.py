@@ -12,6 +12,7 @@ serves nothing for the suite's restart downtime.
 from __future__ import annotations
 
 import json
+import time
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -160,6 +161,8 @@ class RunResult:
     timeline: tuple[tuple[float, int, int], ...]
     decisions: tuple[DecisionRecord, ...]
     truth: str
+    decide_cpu_s: tuple[float, ...] = ()
+    """The CPU seconds each decision took (the process's), in the order of ``decisions``."""
 
 
 def service_model(service: ServiceSpec, profile: PerformanceProfile) -> ServiceModel:
@@ -398,6 +401,7 @@ def _run_trace(
     finished: list[FinishedRequest] = []
     timeline: list[tuple[float, int, int]] = []
     decisions: list[DecisionRecord] = []
+    decide_cpu_s: list[float] = []
     restarts = 0
     last_k = 0
     index = 0
@@ -435,7 +439,9 @@ def _run_trace(
             next_scrape += controller.scrape_s
         if state is not None and now >= next_window:
             observation = pod.window(now, state.config, ready=now >= engine.available_at)
+            cpu = time.process_time()
             decision = decide(state, observation, model, settings, now)
+            decide_cpu_s.append(time.process_time() - cpu)
             state = decision.state
             decisions.append(
                 DecisionRecord(
@@ -484,6 +490,7 @@ def _run_trace(
         timeline=tuple(timeline),
         decisions=tuple(decisions),
         truth=truth.name,
+        decide_cpu_s=tuple(decide_cpu_s),
     )
 
 
@@ -538,4 +545,5 @@ def run_policy(
         timeline=tuple(timeline),
         decisions=tuple(decisions),
         truth=truth.name,
+        decide_cpu_s=tuple(cpu for part in parts for cpu in part.decide_cpu_s),
     )

@@ -1,13 +1,18 @@
 from dataclasses import replace
 
+import pytest
 from specops_lab.bench import (
     DecisionRecord,
     LoadTrace,
     RunResult,
     Segment,
     SegmentStats,
+    TraceResults,
+    decision_cost,
     evaluate_targets,
+    markdown,
     oracle,
+    results_json,
 )
 
 
@@ -271,3 +276,28 @@ def test_steady_targets_hold_the_controller_to_off_and_to_the_best_static_config
     nothing = found[("steady: within 3% of the best static config", "t@c64")]
     assert nothing.passed and "no config meets the target" in nothing.detail
     assert found[("steady: never more than 2% below no speculation", "t@c64")].passed
+
+
+def test_the_decision_cost_pools_every_controlled_run_and_names_the_fleet_a_core_carries() -> None:
+    def results(cpu: tuple[float, ...]) -> TraceResults:
+        runs = {
+            "k1": _run("k1", (100, 300)),
+            "specops": replace(_run("specops", (190, 280)), decide_cpu_s=cpu),
+        }
+        return oracle(TRACE, runs, ["k1"])
+
+    both = [results((0.1, 0.3)), results((0.2,) * 98)]
+    cost = decision_cost(both)
+    assert cost is not None and cost.decisions == 100
+    assert cost.mean_s == pytest.approx(0.2) and cost.max_s == 0.3
+    assert cost.median_s == 0.2 and cost.services_per_core(60.0) == 60.0 / cost.mean_s
+    text = markdown(both, [], "specops bench", 60.0)
+    assert "100 decisions of specops" in text and "about 300 services" in text
+    assert results_json(both, [], "specops bench")["decision_cpu"] == {
+        "decisions": 100,
+        "mean_s": cost.mean_s,
+        "median_s": 0.2,
+        "p99_s": cost.p99_s,
+        "max_s": 0.3,
+    }
+    assert decision_cost([results(())]) is None
