@@ -1,83 +1,75 @@
 """Where each posterior draw's k stops paying, priced once for all the draws.
 
 A decision's draws differ only in their coefficients, and a step's time is the product of
-coefficients and features, floored. So each point's features are averaged over its steps
-(the prompts they take) once, and a draw prices the point with one product instead of one
-per step; where the floor may bind on one of its steps, the draw prices them one by one,
-as :meth:`SpeedModel.point` does. The crossovers are those of :func:`crossovers` with a
-speed model per draw, at a fraction of the cost (a decision scans every batch size for
-every k in every draw).
+coefficients and features, floored. A draw whose every term is >= 0 and whose emptiest
+step is above the floor has every step above it (each feature only grows with the step), so
+k loses to off at a batch exactly when the coefficients' product with one vector, k's mean
+features per emitted token less off's, is >= 0. That vector is worked out once per (batch,
+k) for all the draws; a draw that may meet the floor prices its steps one by one, as
+:meth:`SpeedModel.point` does. The crossovers are those of :func:`crossovers` with a speed
+model per draw, at a fraction of the cost (a decision scans every batch size for every k in
+every draw).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from specops.policy._choice import Crossover, SpeedModel, Steps
+from specops.policy._choice import Crossover, SpeedModel
+from specops.policy._cost import StepShape
 from specops.policy._learn import LearnedCost
 
 __all__ = ["draw_crossovers"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Point:
-    """One (batch, k): its steps, their mean features, and the features of the smallest."""
-
-    shapes: Steps
-    mean: tuple[float, ...]
-    least: tuple[float, ...]
-
-
-def _point(model: SpeedModel, cost: LearnedCost, batch: int, k: int) -> _Point:
-    shapes = model.shapes(batch, k)
-    rows = [(cost.features(shape), share) for shape, share in shapes]
-    mean = tuple(sum(share * row[i] for row, share in rows) for i in range(len(rows[0][0])))
-    smallest = min(shapes, key=lambda pair: pair[0].batched_tokens)[0]
-    return _Point(shapes, mean, cost.features(smallest))
-
-
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(x * y for x, y in zip(a, b, strict=True))
-
-
-def _step_s(cost: LearnedCost, point: _Point) -> float:
-    """The point's mean step time under ``cost``.
-
-    With every coefficient >= 0 every feature grows with the prompt tokens a step takes, so
-    when the smallest step is above the floor all are, and the mean of the products is the
-    product with the mean features.
-    """
-    if min(cost.coefficients) >= 0 and _dot(cost.coefficients, point.least) >= cost.floor_s:
-        return _dot(cost.coefficients, point.mean)
-    return sum(share * cost.step_time(shape) for shape, share in point.shapes)
+    total: float = sum(map(operator.mul, a, b))
+    return total
 
 
 @dataclass
-class _Points:
-    """The points of one speed model, each worked out once for every draw."""
+class _Margins:
+    """Per (batch, k): k's mean features per emitted token less off's, found once."""
 
     model: SpeedModel
     cost: LearnedCost
-    found: dict[tuple[int, int], _Point]
+    found: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
 
-    def at(self, batch: int, k: int) -> _Point:
-        point = self.found.get((batch, k))
-        if point is None:
-            point = self.found[(batch, k)] = _point(self.model, self.cost, batch, k)
-        return point
+    def _per_token(self, batch: int, k: int) -> list[float]:
+        rows = [(self.cost.features(shape), share) for shape, share in self.model.shapes(batch, k)]
+        tokens = self.model.tokens(k)
+        return [sum(share * row[i] for row, share in rows) / tokens for i in range(len(rows[0][0]))]
+
+    def at(self, batch: int, k: int) -> tuple[float, ...]:
+        margin = self.found.get((batch, k))
+        if margin is None:
+            on, off = self._per_token(batch, k), self._per_token(batch, 0)
+            margin = self.found[(batch, k)] = tuple(map(operator.sub, on, off))
+        return margin
+
+
+def _tpot(model: SpeedModel, cost: LearnedCost, batch: int, k: int) -> float:
+    """TPOT at (batch, k) under ``cost``, each step priced with its floor."""
+    step_s = sum(share * cost.step_time(shape) for shape, share in model.shapes(batch, k))
+    return step_s / model.tokens(k)
 
 
 def _crossovers(
-    cost: LearnedCost, points: _Points, ks: Sequence[int], max_batch: int
+    cost: LearnedCost, margins: _Margins, ks: Sequence[int], max_batch: int
 ) -> tuple[Crossover, ...]:
-    off: dict[int, float] = {}
-    tokens = points.model.tokens
+    c, model = cost.coefficients, margins.model
+    loses: Callable[[int, int], bool]
+    if min(c) >= 0 and _dot(c, cost.features(StepShape(0, 0, 0))) >= cost.floor_s:
 
-    def loses(batch: int, k: int) -> bool:
-        if batch not in off:
-            off[batch] = _step_s(cost, points.at(batch, 0)) / tokens(0)
-        return _step_s(cost, points.at(batch, k)) / tokens(k) >= off[batch]
+        def loses(batch: int, k: int) -> bool:
+            return _dot(c, margins.at(batch, k)) >= 0.0
+
+    else:
+
+        def loses(batch: int, k: int) -> bool:
+            return _tpot(model, cost, batch, k) >= _tpot(model, cost, batch, 0)
 
     return tuple(
         Crossover(k, next((b for b in range(1, max_batch + 1) if loses(b, k)), None)) for k in ks
@@ -100,5 +92,5 @@ def draw_crossovers(
         for d in draws
     ):
         raise ValueError("the draws must share the knee and the k = 0 row's positions")
-    points = _Points(model, first, {})
-    return tuple(_crossovers(cost, points, ks, max_batch) for cost in draws)
+    margins = _Margins(model, first)
+    return tuple(_crossovers(cost, margins, ks, max_batch) for cost in draws)
