@@ -5,19 +5,18 @@ coefficients and features, floored. A draw whose every term is >= 0 and whose em
 step is above the floor has every step above it (each feature only grows with the step), so
 k loses to off at a batch exactly when the coefficients' product with one vector, k's mean
 features per emitted token less off's, is >= 0. That vector is worked out once per (batch,
-k) for all the draws; a draw that may meet the floor prices its steps one by one, as
-:meth:`SpeedModel.point` does. The crossovers are those of :func:`crossovers` with a speed
-model per draw, at a fraction of the cost (a decision scans every batch size for every k in
-every draw).
+k) for all the draws; a draw that may meet the floor goes through :func:`crossovers` with a
+speed model of its own. The crossovers are those of a speed model per draw, at a fraction
+of the cost (a decision scans every batch size for every k in every draw).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specops.policy._choice import Crossover, SpeedModel
+from specops.policy._choice import Crossover, SpeedModel, crossovers
 from specops.policy._cost import StepShape
 from specops.policy._learn import LearnedCost
 
@@ -35,12 +34,20 @@ class _Margins:
 
     model: SpeedModel
     cost: LearnedCost
+    per_token: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     found: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
 
     def _per_token(self, batch: int, k: int) -> list[float]:
-        rows = [(self.cost.features(shape), share) for shape, share in self.model.shapes(batch, k)]
-        tokens = self.model.tokens(k)
-        return [sum(share * row[i] for row, share in rows) / tokens for i in range(len(rows[0][0]))]
+        mean = self.per_token.get((batch, k))
+        if mean is None:
+            rows = [
+                (self.cost.features(shape), share) for shape, share in self.model.shapes(batch, k)
+            ]
+            tokens = self.model.tokens(k)
+            mean = self.per_token[(batch, k)] = [
+                sum(share * row[i] for row, share in rows) / tokens for i in range(len(rows[0][0]))
+            ]
+        return mean
 
     def at(self, batch: int, k: int) -> tuple[float, ...]:
         margin = self.found.get((batch, k))
@@ -50,29 +57,19 @@ class _Margins:
         return margin
 
 
-def _tpot(model: SpeedModel, cost: LearnedCost, batch: int, k: int) -> float:
-    """TPOT at (batch, k) under ``cost``, each step priced with its floor."""
-    step_s = sum(share * cost.step_time(shape) for shape, share in model.shapes(batch, k))
-    return step_s / model.tokens(k)
-
-
 def _crossovers(
     cost: LearnedCost, margins: _Margins, ks: Sequence[int], max_batch: int
 ) -> tuple[Crossover, ...]:
     c, model = cost.coefficients, margins.model
-    loses: Callable[[int, int], bool]
-    if min(c) >= 0 and _dot(c, cost.features(StepShape(0, 0, 0))) >= cost.floor_s:
-
-        def loses(batch: int, k: int) -> bool:
-            return _dot(c, margins.at(batch, k)) >= 0.0
-
-    else:
-
-        def loses(batch: int, k: int) -> bool:
-            return _tpot(model, cost, batch, k) >= _tpot(model, cost, batch, 0)
-
+    if min(c) < 0 or _dot(c, cost.features(StepShape(0, 0, 0))) < cost.floor_s:
+        # the floor may bind on some step: a speed model of the draw prices each one
+        own = SpeedModel(cost, model.acceptance, model.context_tokens, model.prompts, model.spread)
+        return crossovers(own, ks, max_batch)
     return tuple(
-        Crossover(k, next((b for b in range(1, max_batch + 1) if loses(b, k)), None)) for k in ks
+        Crossover(
+            k, next((b for b in range(1, max_batch + 1) if _dot(c, margins.at(b, k)) >= 0.0), None)
+        )
+        for k in ks
     )
 
 
