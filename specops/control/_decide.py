@@ -713,11 +713,12 @@ def _evaluate(
     )
     mean_gain = choice.gain_over_current
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
-    probe = _may_probe(state, regime) and _worth_probing(
+    may_probe = _may_probe(state, regime)
+    probe = may_probe and _worth_probing(
         choice, regime.load, state, mean_gain, likely, horizon, settings
     )
     evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
-    if _may_probe(state, regime):
+    if may_probe:
         evaluation = _probe_off(state, evaluation, regime.load, models, settings)
     return _over_the_mixture(
         state, regime, evaluation, acceptance, measured, service, cost, models, settings
