@@ -46,6 +46,7 @@ from specops.policy import (
     draw_crossovers,
     predict,
     relative_gain,
+    speed_model,
 )
 from specops.vllm import table_applies
 
@@ -766,7 +767,7 @@ def _over_the_mixture(
     if len(past) < 2 or choice.config == state.config or _ramping(past, regime.load):
         return evaluation
     spans = [*past, (regime.load, evaluation.horizon)]
-    model = SpeedModel(
+    model = speed_model(
         cost, choice.acceptance, measured.context_tokens, measured.prompts, choice.spread
     )
 

@@ -16,6 +16,7 @@ from specops.policy._choice import (
     merge_ranges,
     predict,
     relative_gain,
+    speed_model,
 )
 from specops.policy._config import ScheduleRange, SpecConfig
 from specops.policy._cost import DraftCost, StepCostModel, StepShape, StepTime
@@ -73,4 +74,5 @@ __all__ = [
     "predict",
     "relative_gain",
     "share_within",
+    "speed_model",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 from specops.policy._acceptance import AcceptanceCurve
 from specops.policy._config import ScheduleRange, SpecConfig
@@ -37,6 +38,7 @@ __all__ = [
     "merge_ranges",
     "predict",
     "relative_gain",
+    "speed_model",
 ]
 
 
@@ -137,6 +139,24 @@ class SpeedModel:
             found = PointEstimate(batch, k, step_s, self.tokens(k))
             self._memo[key] = found
         return found
+
+
+@lru_cache(maxsize=2)
+def speed_model(
+    cost: StepTime,
+    acceptance: AcceptanceCurve,
+    context_tokens: float,
+    prompts: Prompts,
+    spread: TpotSpread,
+) -> SpeedModel:
+    """The one speed model of these inputs, and the points it has priced so far.
+
+    A decision looks at its regime's load, each past load of the mixture and the mixture
+    itself through the same cost and acceptance; the crossovers and the best k by batch
+    size it finds for each are the same scan of every batch size. Sharing one model shares
+    what that scan priced (its values are those of a fresh model).
+    """
+    return SpeedModel(cost, acceptance, context_tokens, prompts, spread)
 
 
 @dataclass(frozen=True)
@@ -343,7 +363,7 @@ def choose(inputs: PolicyInput) -> PolicyChoice:
         if inputs.drafts_seen > 0
         else inputs.acceptance
     )
-    model = SpeedModel(inputs.cost, curve, inputs.context_tokens, inputs.prompts, inputs.spread)
+    model = speed_model(inputs.cost, curve, inputs.context_tokens, inputs.prompts, inputs.spread)
     ks = inputs.candidate_ks
     cross = crossovers(model, ks, inputs.max_batch)
     off = predict(SpecConfig.off(), inputs.load, model, inputs.objective)

@@ -45,9 +45,14 @@ class StepShape:
 
 
 class StepTime(Protocol):
-    """Anything that prices a step: the profile's model or one learned from measurements."""
+    """Anything that prices a step: the profile's model or one learned from measurements.
+
+    A value, hashable as its fields, so equal costs share one speed model's points.
+    """
 
     def step_time(self, shape: StepShape) -> float: ...
+
+    def __hash__(self) -> int: ...
 
 
 @dataclass(frozen=True)

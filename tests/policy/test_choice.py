@@ -27,6 +27,7 @@ from specops.policy import (
     crossovers,
     merge_ranges,
     relative_gain,
+    speed_model,
 )
 
 COST = StepCostModel(t_fixed=0.010, c_tok=0.001, c_kv=0.0, t_overhead=0.0, draft=DraftCost())
@@ -62,6 +63,19 @@ def test_crossover_of_a_known_cost_model() -> None:
 
 def test_crossover_beyond_the_limit_is_reported_as_never() -> None:
     assert crossovers(MODEL, (1,), max_batch=9) == (Crossover(1, None),)
+
+
+def test_equal_inputs_share_one_speed_model_whose_points_are_a_fresh_ones() -> None:
+    shared = speed_model(COST, HALF, 0.0, Prompts(), TpotSpread())
+    assert speed_model(COST, AcceptanceCurve.geometric(0.5, 3), 0.0, Prompts(), TpotSpread()) is (
+        shared
+    )
+    assert speed_model(
+        COST, AcceptanceCurve.geometric(0.6, 3), 0.0, Prompts(), TpotSpread()
+    ) is not (shared)
+    fresh = SpeedModel(COST, HALF, context_tokens=0)
+    for batch, k, table in ((1, 0, False), (7, 2, False), (7, 2, True), (64, 3, True)):
+        assert shared.point(batch, k, table) == fresh.point(batch, k, table)
 
 
 def test_point_estimate_is_step_time_over_expected_tokens() -> None:
