@@ -1,8 +1,9 @@
 """Fixtures for every tier: the pinned vLLM wheel, and the loopback guard
 (``tests/netguard.py``).
 
-The wheel is fetched into the cache by the first test that needs it (``pip download``,
-once), so a fresh machine runs those tests instead of skipping them.
+``scripts/bootstrap`` fetches the wheel into the cache (``pip download``, once); a run
+without it fetches it in the first test that needs it, so a fresh machine runs those
+tests instead of skipping them.
 
 Every test marked ``integration`` or ``e2e`` starts real processes; while it runs, every
 TCP connection of the pytest process and its descendants is checked, and the test fails if
