@@ -515,17 +515,16 @@ def _under_posterior(
     choice: PolicyChoice,
     current: SpecConfig,
     load: BatchDistribution,
-    draws: tuple[LearnedCost, ...],
     models: tuple[SpeedModel, ...],
     settings: ControlSettings,
     max_batch: int,
 ) -> tuple[float, tuple[CrossoverBand, ...]]:
     """The gain the choice beats with ``gain_confidence``, and each k's crossover band.
 
-    Each draw of step-time coefficients (``draws``, ``models`` one speed model a draw)
-    re-predicts the choice against the config in force; the gain used is the draws'
-    (1 - confidence) quantile, never above the mean's, so a change acts only when it is
-    likely to pay, not only on average.
+    Each draw of step-time coefficients (``models``, one speed model a draw) re-predicts
+    the choice against the config in force; the gain used is the draws' (1 - confidence)
+    quantile, never above the mean's, so a change acts only when it is likely to pay, not
+    only on average.
     """
     ks = tuple(c.k for c in choice.crossovers)
     gains: list[float] = []
@@ -538,7 +537,7 @@ def _under_posterior(
                     predict(current, load, model, settings.objective),
                 )
             )
-    for drawn in draw_crossovers(models[0], draws, ks, max_batch) if models else ():
+    for drawn in draw_crossovers(models, ks, max_batch):
         for crossover in drawn:
             batches[crossover.k].append(crossover.batch)
     likely = choice.gain_over_current
@@ -694,13 +693,12 @@ def _evaluate(
     )
     choice = _policy(state, regime, acceptance, measured, service, cost, settings, spread)
     # One speed model a posterior draw, shared by both looks at the draws (their memo too).
-    draws = posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
     models = tuple(
         SpeedModel(drawn, choice.acceptance, measured.context_tokens, measured.prompts, spread)
-        for drawn in draws
+        for drawn in posterior.draws(settings.posterior_draws, seed=state.cost_evidence.points)
     )
     likely, bands = _under_posterior(
-        choice, state.config, regime.load, draws, models, settings, service.max_batch
+        choice, state.config, regime.load, models, settings, service.max_batch
     )
     prior_model = SpeedModel(
         CostPosterior.of(service.cost, CostEvidence()).model(),

@@ -5,9 +5,9 @@ coefficients and features, floored. A draw whose every term is >= 0 and whose em
 step is above the floor has every step above it (each feature only grows with the step), so
 k loses to off at a batch exactly when the coefficients' product with one vector, k's mean
 features per emitted token less off's, is >= 0. That vector is worked out once per (batch,
-k) for all the draws; a draw that may meet the floor goes through :func:`crossovers` with a
-speed model of its own. The crossovers are those of a speed model per draw, at a fraction
-of the cost (a decision scans every batch size for every k in every draw).
+k) for all the draws; a draw that may meet the floor goes through :func:`crossovers` with
+its own speed model. The crossovers are those of a speed model per draw, at a fraction of
+the cost (a decision scans every batch size for every k in every draw).
 """
 
 from __future__ import annotations
@@ -58,13 +58,12 @@ class _Margins:
 
 
 def _crossovers(
-    cost: LearnedCost, margins: _Margins, ks: Sequence[int], max_batch: int
+    model: SpeedModel, cost: LearnedCost, margins: _Margins, ks: Sequence[int], max_batch: int
 ) -> tuple[Crossover, ...]:
-    c, model = cost.coefficients, margins.model
+    c = cost.coefficients
     if min(c) < 0 or _dot(c, cost.features(StepShape(0, 0, 0))) < cost.floor_s:
-        # the floor may bind on some step: a speed model of the draw prices each one
-        own = SpeedModel(cost, model.acceptance, model.context_tokens, model.prompts, model.spread)
-        return crossovers(own, ks, max_batch)
+        # the floor may bind on some step: the draw's own speed model prices each one
+        return crossovers(model, ks, max_batch)
     return tuple(
         Crossover(
             k, next((b for b in range(1, max_batch + 1) if _dot(c, margins.at(b, k)) >= 0.0), None)
@@ -74,20 +73,33 @@ def _crossovers(
 
 
 def draw_crossovers(
-    model: SpeedModel, draws: Sequence[LearnedCost], ks: Sequence[int], max_batch: int
+    models: Sequence[SpeedModel], ks: Sequence[int], max_batch: int
 ) -> tuple[tuple[Crossover, ...], ...]:
-    """For each draw, :func:`crossovers` of ``model`` with the draw as its step cost.
+    """For each speed model, whose cost is a posterior draw, its :func:`crossovers`.
 
-    ``model`` gives the acceptance, context and prompts; its own cost is not used. The
-    draws share the knee and the k = 0 row's positions, which the features depend on.
+    The models share the acceptance, context, prompts and spread, and their draws share
+    the knee and the k = 0 row's positions, which the features depend on. A model that
+    prices a step for a draw the floor may bind keeps that price for the decision's
+    other looks at the same draw.
     """
-    if not draws:
+    if not models:
         return ()
-    first = draws[0]
+    draws: list[LearnedCost] = []
+    for model in models:
+        if not isinstance(model.cost, LearnedCost):
+            raise TypeError(f"each model's cost must be a posterior draw, not {model.cost!r}")
+        draws.append(model.cost)
+    first, template = draws[0], models[0]
+    shared = (template.acceptance, template.context_tokens, template.prompts, template.spread)
     if any(
         (d.knee_tokens, d.zero_row_positions) != (first.knee_tokens, first.zero_row_positions)
         for d in draws
     ):
         raise ValueError("the draws must share the knee and the k = 0 row's positions")
-    margins = _Margins(model, first)
-    return tuple(_crossovers(cost, margins, ks, max_batch) for cost in draws)
+    if any((m.acceptance, m.context_tokens, m.prompts, m.spread) != shared for m in models):
+        raise ValueError("the models must share the acceptance, context, prompts and spread")
+    margins = _Margins(template, first)
+    return tuple(
+        _crossovers(model, cost, margins, ks, max_batch)
+        for model, cost in zip(models, draws, strict=True)
+    )

@@ -197,10 +197,24 @@ def test_each_draws_crossovers_are_those_of_its_own_speed_model(floor_s: float) 
         replace(d, floor_s=floor_s) for d in CostPosterior.of(prior, evidence).draws(12, seed=7)
     )
     prompts = Prompts(per_output_token=0.8, mean_tokens=600.0)
-    template = SpeedModel(draws[0], ACCEPTANCE, CONTEXT, prompts)
     ks = tuple(range(1, 8))
     expected = tuple(
         crossovers(SpeedModel(d, ACCEPTANCE, CONTEXT, prompts), ks, 256) for d in draws
     )
-    assert draw_crossovers(template, draws, ks, 256) == expected
+    models = tuple(SpeedModel(d, ACCEPTANCE, CONTEXT, prompts) for d in draws)
+    assert draw_crossovers(models, ks, 256) == expected
     assert len({c for drawn in expected for c in drawn}) > len(ks)  # the draws disagree
+
+
+def test_draw_crossovers_refuse_models_that_price_unlike_draws() -> None:
+    """The margins are found once from the first model: models that differ in anything
+    but their draw, or whose cost is no draw, are refused rather than priced wrongly."""
+    prior = cost_prior(PROFILE)
+    draws = CostPosterior.of(prior, CostEvidence()).draws(4, seed=3)
+    models = [SpeedModel(d, ACCEPTANCE, CONTEXT) for d in draws]
+    assert draw_crossovers((), (1, 2), 256) == ()
+    other = SpeedModel(draws[1], AcceptanceCurve((0.5, 0.3)), CONTEXT)
+    with pytest.raises(ValueError, match="share the acceptance"):
+        draw_crossovers((models[0], other), (1, 2), 256)
+    with pytest.raises(TypeError, match="posterior draw"):
+        draw_crossovers((models[0], SpeedModel(PROFILE, ACCEPTANCE, CONTEXT)), (1,), 256)
