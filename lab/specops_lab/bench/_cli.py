@@ -44,7 +44,8 @@ _SHORT_WALL_TARGET_S = 300.0
     "--truth",
     "truths",
     multiple=True,
-    help="Run on this engine truth instead of the suite's (repeatable: each is an axis value).",
+    help="Run on this engine truth, a shipped name or a truth file, instead of the suite's "
+    "(repeatable: each is an axis value, its results named by the truth's own name).",
 )
 @click.option(
     "--jobs",

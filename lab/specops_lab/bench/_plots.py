@@ -30,10 +30,11 @@ def _k_and_load(results: TraceResults, path: Path) -> None:
         k_ax.step(timeline[:, 0], timeline[:, 2], where="post", label=policy, linewidth=0.8)
     load_ax.set_ylabel("running requests")
     load_ax.set_title(f"{results.trace.name}: load and k over time (truth: {results.truth})")
-    load_ax.legend(loc="upper right", fontsize="small")
     k_ax.set_ylabel("k in the last step")
     k_ax.set_xlabel("virtual time (s)")
-    k_ax.legend(loc="upper right", fontsize="small")
+    if load_ax.get_legend_handles_labels()[0]:  # a suite may run none of the moving policies
+        load_ax.legend(loc="upper right", fontsize="small")
+        k_ax.legend(loc="upper right", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

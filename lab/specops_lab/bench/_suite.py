@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from specops.errors import EngineConfigError
 from specops.policy import SpecConfig
 from specops_lab.bench._report import TraceResults, oracle
 from specops_lab.bench._run import (
@@ -20,6 +21,7 @@ from specops_lab.bench._run import (
 )
 from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace
 from specops_lab.bench._truth_table import truth_table
+from specops_lab.sim import load_truth
 
 __all__ = [
     "VLLM_DOCUMENTED_TABLE",
@@ -151,6 +153,24 @@ def _run_all(
     return [done[i] for i in range(len(runs))]
 
 
+def _truth_names(truths: Sequence[str]) -> list[str]:
+    """Each truth's own name, which labels its results and plots (a truth file's path is
+    no file name); two truths of one name would be one row of the report."""
+    names = []
+    for source in truths:
+        try:
+            names.append(load_truth(source).name)
+        except EngineConfigError as exc:
+            raise BenchError(str(exc)) from exc
+    shared = sorted({name for name in names if names.count(name) > 1})
+    if shared:
+        raise BenchError(
+            f"the suite's truths share the name {', '.join(shared)}: give each truth file "
+            "a name of its own"
+        )
+    return names
+
+
 def run_suite(
     suite: BenchSuite,
     traces: Sequence[LoadTrace],
@@ -158,15 +178,16 @@ def run_suite(
     jobs: int = 1,
 ) -> list[TraceResults]:
     """Every trace on every truth of the suite; with several truths a trace's results are
-    named ``trace@truth``. Independent runs go to ``jobs`` processes."""
+    named ``trace@name``, the truth's own name. Independent runs go to ``jobs`` processes."""
     truths = suite.truth_axis
+    names = _truth_names(truths)
     cases: list[tuple[LoadTrace, list[Policy], BenchSuite]] = []
-    for truth in truths:
+    for truth, name in zip(truths, names, strict=True):
         on_truth = suite.model_copy(
             update={"service": suite.service.model_copy(update={"truth": truth})}
         )
         for trace in traces:
-            named = trace.model_copy(update={"name": f"{trace.name}@{truth}"})
+            named = trace.model_copy(update={"name": f"{trace.name}@{name}"})
             cases.append(
                 (named if len(truths) > 1 else trace, _candidates(on_truth, trace), on_truth)
             )

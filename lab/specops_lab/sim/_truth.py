@@ -201,7 +201,8 @@ class EngineTruth:
 
     __pydantic_config__ = _STRICT
 
-    name: str
+    # It names the benchmark's results and plot files: letters, digits, '.', '_', '-'.
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     description: str
     model: str
     accelerator: str

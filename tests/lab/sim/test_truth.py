@@ -58,6 +58,10 @@ def test_a_bad_field_is_refused_naming_it(tmp_path: Path) -> None:
         load_truth(str(missing))
     with pytest.raises(EngineConfigError, match=r"llama3\.1-8b-h100-eagle3"):
         load_truth("no-such-truth")
+    slashed = tmp_path / "slashed.yaml"
+    slashed.write_text("base: llama3.1-8b-h100-eagle3\nname: team/h100\n")
+    with pytest.raises(EngineConfigError, match="name: String should match pattern"):
+        load_truth(str(slashed))
 
 
 def test_a_derived_truth_overrides_only_what_it_sets(tmp_path: Path) -> None:
