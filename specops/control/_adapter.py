@@ -201,6 +201,7 @@ def _unavailable(
         context_tokens=0.0,
         num_drafts=0.0,
         accepted_per_position=(),
+        window_s=window_s,
         pods_ready=pods_ready,
         problem=problem,
     )
@@ -304,6 +305,7 @@ def service_window(
         context_tokens=context,
         num_drafts=drafts,
         accepted_per_position=accepted,
+        window_s=window_s,
         pods_ready=pods_ready,
         cost_points=tuple(_step_points(used, context, bool(in_force.per_batch_size))),
         prompts=measured_prompts([w.outcome for w in windows]),

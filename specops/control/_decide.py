@@ -218,14 +218,15 @@ class ControlInput:
     engines' own counters (the pods' observations aggregated, see ``service_window``).
 
     ``load`` is the running-request distribution over the window (None if nothing was
-    sampled); ``num_drafts`` and ``accepted_per_position`` are counter increases over it;
-    ``pods_ready`` says whether every pod runs the config in force and is Ready.
-    ``problem`` says why there are no usable measurements at all (empty when there are).
-    ``cost_points`` are the window's measured steps, for the step-time posterior;
-    ``prompts`` the prompt tokens computed per output token and per prompt; ``tpot_s``
-    the mean time per output token, ``tpot_histogram`` the requests' TPOTs by bucket (how
-    far they spread around it). ``canary`` is the same window of the canary's pods,
-    while one runs (None when it gave no reading), measured apart from the rest.
+    sampled); ``window_s`` the window's length, one decision's cadence; ``num_drafts`` and
+    ``accepted_per_position`` are counter increases over it; ``pods_ready`` says whether
+    every pod runs the config in force and is Ready. ``problem`` says why there are no
+    usable measurements at all (empty when there are). ``cost_points`` are the window's
+    measured steps, for the step-time posterior; ``prompts`` the prompt tokens computed
+    per output token and per prompt; ``tpot_s`` the mean time per output token,
+    ``tpot_histogram`` the requests' TPOTs by bucket (how far they spread around it).
+    ``canary`` is the same window of the canary's pods, while one runs (None when it gave
+    no reading), measured apart from the rest.
     """
 
     window_end: float
@@ -233,6 +234,7 @@ class ControlInput:
     context_tokens: float
     num_drafts: float
     accepted_per_position: tuple[float, ...]
+    window_s: float
     pods_ready: bool = True
     problem: str = ""
     cost_points: tuple[StepPoint, ...] = ()
@@ -749,7 +751,8 @@ def _over_the_mixture(
     A change made for this regime is made again, the other way, when the load it left
     comes back. Over the past regimes and this one (each for its seconds, this one for its
     expected rest), the best config of each regime, with a restart (and the margin)
-    wherever it differs from the one before, is set against the one config best over all
+    wherever it differs from the one before, and the windows that confirm each new regime
+    served by the config before, is set against the one config best over all
     of them: where the one config does as well, the alternation is served without
     restarting each time, and the choice is that config, or the config in force when it is
     that config. Its gain over the config in force is judged as any change's: the mean's,
@@ -790,8 +793,11 @@ def _over_the_mixture(
     switching = sum(
         seconds * value(c, load) for (load, seconds), c in zip(spans, bests, strict=True)
     )
+    # A change per regime acts once a new regime is confirmed: until then the config for the
+    # regime before serves the new load, about half the first window and the rest.
+    lag = (settings.regime.confirmations - 0.5) * measured.window_s
     switching -= sum(
-        restart * value(c, load)
+        restart * value(c, load) + lag * (value(c, load) - value(before, load))
         for (load, _), c, before in zip(spans[1:], bests[1:], bests[:-1], strict=True)
         if c != before
     )

@@ -174,6 +174,7 @@ def test_without_a_cost_model_the_loop_only_follows_rollouts() -> None:
         context_tokens=0,
         num_drafts=0,
         accepted_per_position=(),
+        window_s=60.0,
     )
     state = ControllerState.initial(SpecConfig.static(3))
     decision = decide(state, observation, None, ControlSettings(), NOW)

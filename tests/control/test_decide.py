@@ -63,6 +63,7 @@ def _window(end: float, batches: list[int], k: int = 3, alpha: float = 0.5) -> C
         context_tokens=0,
         num_drafts=drafts,
         accepted_per_position=tuple(drafts * alpha ** (i + 1) for i in range(k)),
+        window_s=60.0,
     )
 
 
@@ -208,7 +209,7 @@ def _noisy(end: float, rng: random.Random, mean: int, k: int) -> ControlInput:
         survivors = sum(rng.random() < 0.5 for _ in range(survivors))
         accepted.append(float(survivors))
     return ControlInput(
-        end, BatchDistribution.from_samples(batches), 0, float(drafts), tuple(accepted)
+        end, BatchDistribution.from_samples(batches), 0, float(drafts), tuple(accepted), 60.0
     )
 
 
@@ -262,7 +263,12 @@ def test_the_window_acceptance_is_corrected_for_the_positions_a_table_did_not_dr
     drafts = 100_000.0
     accepted = tuple(drafts * reach[i] * rates[i] for i in range(3))
     window = ControlInput(
-        window_end=0, load=load, context_tokens=0, num_drafts=drafts, accepted_per_position=accepted
+        window_end=0,
+        load=load,
+        context_tokens=0,
+        num_drafts=drafts,
+        accepted_per_position=accepted,
+        window_s=60.0,
     )
     decision = decide(state, window, EAGLE, SETTINGS, 0)
     assert accepted[1] / drafts < 0.1  # what the raw share would say
@@ -313,6 +319,21 @@ def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switc
     # With cheap restarts, switching per regime pays again.
     cheap = decide(history, measured, service, replace(SETTINGS, restart_cost_s=cheap_restart_s), 0)
     assert cheap.code is code and cheap.config == alone.config
+
+
+def test_switching_per_regime_pays_for_the_windows_that_confirm_each_new_one() -> None:
+    """With restarts cheap enough that a change per regime pays, a longer evaluation
+    window still tips it: until a new regime is confirmed (1.5 windows at two
+    confirmations) the config for the regime before serves the new load, a k at batch 32
+    where off wins, off at batch 1 where a k wins."""
+    history = _off_after(ONE_K, 32, 1, 32)
+    cheap = replace(SETTINGS, restart_cost_s=1.0)
+    short = decide(history, _window(0, [1] * 60, k=0), ONE_K, cheap, 0)
+    assert short.code is ReasonCode.GAIN_PAYS_RESTART and not short.config.is_off
+    long = replace(_window(0, [1] * 60, k=0), window_s=300.0)
+    kept = decide(history, long, ONE_K, cheap, 0)
+    assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
+    assert "one config for the recent mixture of loads" in kept.reason
 
 
 def test_on_a_ramp_the_past_loads_are_behind_the_service_and_the_choice_is_this_regimes() -> None:

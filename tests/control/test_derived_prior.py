@@ -29,6 +29,7 @@ def _window(batch: int, k: int) -> ControlInput:
         context_tokens=1024,
         num_drafts=drafts,
         accepted_per_position=tuple(drafts * 0.7 ** (i + 1) for i in range(k)),
+        window_s=60.0,
     )
 
 

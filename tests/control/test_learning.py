@@ -43,6 +43,7 @@ def _observation(
         context_tokens=700,
         num_drafts=drafts,
         accepted_per_position=tuple(drafts * acceptance ** (i + 1) for i in range(k)),
+        window_s=60.0,
         cost_points=points,
     )
 

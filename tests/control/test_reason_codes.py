@@ -39,6 +39,7 @@ def _window(end: float = 0.0, samples: int = 60, drafts: float = 10_000.0) -> Co
         context_tokens=0,
         num_drafts=drafts,
         accepted_per_position=tuple(drafts * 0.5 ** (i + 1) for i in range(3)),
+        window_s=60.0,
     )
 
 
@@ -122,6 +123,7 @@ def test_a_table_is_chosen_only_where_the_user_allows_one() -> None:
         context_tokens=0,
         num_drafts=10_000.0,
         accepted_per_position=tuple(10_000.0 * 0.5 ** (i + 1) for i in range(3)),
+        window_s=60.0,
     )
     table = decide(K3, spread, eagle, SETTINGS, 0.0)
     assert table.recommended is not None and table.recommended.per_batch_size

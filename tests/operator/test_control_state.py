@@ -213,6 +213,7 @@ def test_the_decision_in_status_names_action_code_gain_and_crossovers() -> None:
         context_tokens=0,
         num_drafts=10_000.0,
         accepted_per_position=tuple(10_000.0 * 0.5 ** (i + 1) for i in range(3)),
+        window_s=60.0,
     )
     settings = ControlSettings(k_max=3, restart_cost_s=30.0, min_drafts=1000, confidence_z=0.0)
     decision = decide(
