@@ -19,7 +19,7 @@ from specops.api import (
     RolloutStatus,
     StepTimeEvidence,
 )
-from specops.control import Canary, ControllerState, Regime, Rollout
+from specops.control import Canary, ControllerState, PastRegime, Regime, Rollout
 from specops.errors import SpecValidationError
 from specops.policy import TERMS, AcceptanceCurve, BatchDistribution, CostEvidence, SpecConfig
 from specops.render import spec_config, speculation_choice
@@ -168,6 +168,7 @@ def save_state(state: ControllerState) -> ControllerStatus:
             doubted_since=_optional_time(regime.doubted_since),
             doubts=regime.doubts,
             drift=regime.drift,
+            context_tokens=regime.context_tokens,
         )
         if regime is not None
         else None,
@@ -175,7 +176,8 @@ def save_state(state: ControllerState) -> ControllerStatus:
         acceptance_drafts=state.acceptance_drafts,
         step_time_evidence=_evidence_status(state.cost_evidence),
         regime_lengths_seconds=list(state.regime_lengths),
-        past_regime_loads=[_load_runs(load) for load in state.past_loads],
+        past_regime_loads=[_load_runs(past.load) for past in state.past_regimes],
+        past_regime_context_tokens=[past.context_tokens for past in state.past_regimes],
     )
 
 
@@ -235,6 +237,7 @@ def _restored(saved: ControllerStatus) -> ControllerState:
             doubted_since=_optional_unix(regime.doubted_since),
             doubts=regime.doubts,
             drift=regime.drift,
+            context_tokens=regime.context_tokens,
         )
         if regime is not None
         else None,
@@ -242,8 +245,19 @@ def _restored(saved: ControllerStatus) -> ControllerState:
         acceptance_drafts=saved.acceptance_drafts,
         cost_evidence=_evidence(saved.step_time_evidence),
         regime_lengths=tuple(saved.regime_lengths_seconds),
-        # Loads without lengths to match (edited, or an older operator's) are not used.
-        past_loads=tuple(_load(runs, 0) for runs in saved.past_regime_loads)
-        if len(saved.past_regime_loads) <= len(saved.regime_lengths_seconds)
-        else (),
+        past_regimes=_past_regimes(saved),
+    )
+
+
+def _past_regimes(saved: ControllerStatus) -> tuple[PastRegime, ...]:
+    """The past regimes saved; loads without lengths to match (edited, or an older
+    operator's) are not used, and contexts that do not match the loads are unmeasured."""
+    loads = saved.past_regime_loads
+    if len(loads) > len(saved.regime_lengths_seconds):
+        return ()
+    contexts = saved.past_regime_context_tokens
+    if len(contexts) != len(loads):
+        contexts = [0.0] * len(loads)
+    return tuple(
+        PastRegime(_load(runs, 0), context) for runs, context in zip(loads, contexts, strict=True)
     )

@@ -970,6 +970,8 @@ class RegimeStatus(CrdModel):
     """Disagreeing windows in a row."""
     drift: int = Field(default=0, ge=-1024, le=1024)
     """Windows in a row whose mean batch lay above the averaged load (negative: below)."""
+    context_tokens: float = Field(default=0.0, ge=0)
+    """Mean context per running request, averaged as the load (0: not measured)."""
 
 
 class StepTimeEvidence(CrdModel):
@@ -1028,6 +1030,11 @@ class ControllerStatus(CrdModel):
     )
     """The loads of the latest past regimes (the last of regimeLengthsSeconds), for the
     recent mixture of loads one config may serve better than a restart per regime."""
+    past_regime_context_tokens: list[Annotated[float, Field(ge=0)]] = Field(
+        default=[], max_length=4
+    )
+    """The mean context per running request of each of pastRegimeLoads (0: not
+    measured): a past load is priced again at the context its requests held."""
 
 
 class SpeculativeServiceStatus(CrdModel):

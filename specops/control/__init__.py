@@ -16,7 +16,7 @@ from specops.control._decide import (
     decide,
     expected_remaining,
 )
-from specops.control._regime import Regime, RegimeSettings, track_regime
+from specops.control._regime import PastRegime, Regime, RegimeSettings, track_regime
 from specops.control._service import service_model
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "CrossoverBand",
     "Decision",
     "Mode",
+    "PastRegime",
     "ReasonCode",
     "Regime",
     "RegimeSettings",

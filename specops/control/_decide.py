@@ -21,7 +21,7 @@ from enum import StrEnum
 from itertools import pairwise
 
 from specops.control._canary import Canary, CanaryReport, CanaryVerdict, canary_report
-from specops.control._regime import Regime, RegimeSettings, track_regime
+from specops.control._regime import PastRegime, Regime, RegimeSettings, track_regime
 from specops.policy import (
     AcceptanceCurve,
     BatchDistribution,
@@ -267,8 +267,8 @@ class ControllerState:
     acceptance_drafts: float = 0.0
     cost_evidence: CostEvidence = field(default_factory=CostEvidence)
     regime_lengths: tuple[float, ...] = ()
-    past_loads: tuple[BatchDistribution, ...] = ()
-    """The loads of the last ``len(past_loads)`` past regimes, oldest first: the last of
+    past_regimes: tuple[PastRegime, ...] = ()
+    """The last ``len(past_regimes)`` past regimes, oldest first: the last of
     ``regime_lengths`` are their lengths."""
     canary: Canary | None = None
     """The canary in progress: one pod runs its config beside the fleet."""
@@ -662,13 +662,14 @@ def _track(
         measured.window_end,
         settings.regime,
         measured.tpot_histogram.count if measured.tpot_histogram is not None else None,
+        measured.context_tokens,
     )
     if new_regime and state.regime is not None:
         ended = regime.started_at - state.regime.started_at
         state = replace(
             state,
             regime_lengths=(*state.regime_lengths, ended)[-_LENGTHS_KEPT:],
-            past_loads=(*state.past_loads, state.regime.load)[-_LOADS_KEPT:],
+            past_regimes=(*state.past_regimes, state.regime.past())[-_LOADS_KEPT:],
         )
     state = replace(state, regime=regime)
     if learnt is not None:
@@ -726,13 +727,27 @@ def _evaluate(
     )
 
 
-def _mixed(spans: list[tuple[BatchDistribution, float]]) -> BatchDistribution:
+def _mixed(spans: list[tuple[PastRegime, float]]) -> BatchDistribution:
     """The loads of ``spans`` weighted by their seconds."""
     weights: dict[int, float] = {}
-    for load, seconds in spans:
-        for batch, weight in load.weights:
+    for span, seconds in spans:
+        for batch, weight in span.load.weights:
             weights[batch] = weights.get(batch, 0.0) + weight * seconds
-    return BatchDistribution.from_weights(weights, samples=sum(load.samples for load, _ in spans))
+    return BatchDistribution.from_weights(
+        weights, samples=sum(span.load.samples for span, _ in spans)
+    )
+
+
+def _at_context(at: dict[float, SpeedModel], model: SpeedModel, context: float) -> SpeedModel:
+    """``model`` with its requests holding ``context`` tokens each (0: unmeasured, its own
+    context), one model a context in ``at``."""
+    context = context or model.context_tokens
+    found = at.get(context)
+    if found is None:
+        found = at[context] = SpeedModel(
+            model.cost, model.acceptance, context, model.prompts, model.spread
+        )
+    return found
 
 
 def _over_the_mixture(
@@ -750,37 +765,43 @@ def _over_the_mixture(
 
     A change made for this regime is made again, the other way, when the load it left
     comes back. Over the past regimes and this one (each for its seconds, this one for its
-    expected rest), the best config of each regime, with a restart (and the margin)
-    wherever it differs from the one before, and the windows that confirm each new regime
-    served by the config before, is set against the one config best over all
-    of them: where the one config does as well, the alternation is served without
-    restarting each time, and the choice is that config, or the config in force when it is
-    that config. Its gain over the config in force is judged as any change's: the mean's,
-    and the one it beats with the asked confidence under the posterior draws (``models``),
-    since the one config may run at a load where it was never measured. A probe is set
-    against the mixture too: a config tried for this regime alone is no experiment worth
-    its restart when the mixture's one config serves the loads that come back better.
-    On a ramp (see :func:`_ramping`) the past loads are behind the service, not coming
-    back, and the choice is this regime's own.
+    expected rest, each at the context per request it measured, which moves with the
+    load), the best config of each regime, with a restart (and the margin) wherever it
+    differs from the one before, and the windows that confirm each new regime served by
+    the config before, is set against the one config best over all of them: where the one
+    config does as well, the alternation is served without restarting each time, and the
+    choice is that config, or the config in force when it is that config. Its gain over
+    the config in force is judged as any change's: the mean's, and the one it beats with
+    the asked confidence under the posterior draws (``models``), since the one config may
+    run at a load where it was never measured. A probe is set against the mixture too: a
+    config tried for this regime alone is no experiment worth its restart when the
+    mixture's one config serves the loads that come back better. On a ramp (see
+    :func:`_ramping`) the past loads are behind the service, not coming back, and the
+    choice is this regime's own.
     """
     choice = evaluation.choice
-    past = list(zip(state.past_loads, state.regime_lengths[-len(state.past_loads) :], strict=True))
+    lengths = state.regime_lengths[-len(state.past_regimes) :] if state.past_regimes else ()
+    past = list(zip(state.past_regimes, lengths, strict=True))
     if len(past) < 2 or choice.config == state.config or _ramping(past, regime.load):
         return evaluation
-    spans = [*past, (regime.load, evaluation.horizon)]
+    # Each regime priced at the context its requests held; this one at the window's.
+    spans = [*past, (PastRegime(regime.load, measured.context_tokens), evaluation.horizon)]
     model = speed_model(
         cost, choice.acceptance, measured.context_tokens, measured.prompts, choice.spread
     )
+    at: dict[float, SpeedModel] = {model.context_tokens: model}
 
-    def value(config: SpecConfig, load: BatchDistribution) -> float:
-        return predict(config, load, model, settings.objective).value
+    def value(config: SpecConfig, span: PastRegime) -> float:
+        priced = _at_context(at, model, span.context_tokens)
+        return predict(config, span.load, priced, settings.objective).value
 
-    def best(load: BatchDistribution) -> PolicyChoice:
+    def best(span: PastRegime) -> PolicyChoice:
+        context = span.context_tokens or measured.context_tokens
         return _policy(
             state,
-            replace(regime, load=load),
+            replace(regime, load=span.load),
             acceptance,
-            measured,
+            replace(measured, context_tokens=context),
             service,
             cost,
             settings,
@@ -788,24 +809,24 @@ def _over_the_mixture(
         )
 
     # This regime's best is the choice already made for it.
-    bests = [*(best(load).config for load, _ in past), choice.config]
+    bests = [*(best(span).config for span, _ in past), choice.config]
     restart = settings.margin * _restart_cost(state, settings)
     switching = sum(
-        seconds * value(c, load) for (load, seconds), c in zip(spans, bests, strict=True)
+        seconds * value(c, span) for (span, seconds), c in zip(spans, bests, strict=True)
     )
     # A change per regime acts once a new regime is confirmed: until then the config for the
     # regime before serves the new load, about half the first window and the rest.
     lag = (settings.regime.confirmations - 0.5) * measured.window_s
     switching -= sum(
-        restart * value(c, load) + lag * (value(c, load) - value(before, load))
-        for (load, _), c, before in zip(spans[1:], bests[1:], bests[:-1], strict=True)
+        restart * value(c, span) + lag * (value(c, span) - value(before, span))
+        for (span, _), c, before in zip(spans[1:], bests[1:], bests[:-1], strict=True)
         if c != before
     )
-    mixed = best(_mixed(spans))
-    static = sum(seconds * value(mixed.config, load) for load, seconds in spans)
+    mixed = best(PastRegime(_mixed(spans), measured.context_tokens))
+    static = sum(seconds * value(mixed.config, span) for span, seconds in spans)
     if static <= 0 or static < switching:
         return evaluation
-    in_force = sum(seconds * value(state.config, load) for load, seconds in spans)
+    in_force = sum(seconds * value(state.config, span) for span, seconds in spans)
     gain = static / in_force - 1.0 if in_force > 0 else 0.0
     likely = min(gain, _mixture_gain_likely(spans, mixed.config, state.config, models, settings))
     words = (
@@ -829,28 +850,32 @@ def _over_the_mixture(
     )
 
 
-def _ramping(past: list[tuple[BatchDistribution, float]], load: BatchDistribution) -> bool:
+def _ramping(past: list[tuple[PastRegime, float]], load: BatchDistribution) -> bool:
     """Whether the last two regimes and this one moved the load one way: each one's mean
     batch above the one before, or each below. Alternating loads (bursts, a load that
     comes back) break the run; a ramp's regimes do not."""
-    means = [*(before.mean for before, _ in past[-2:]), load.mean]
+    means = [*(before.load.mean for before, _ in past[-2:]), load.mean]
     steps = [after - before for before, after in pairwise(means)]
     return all(step > 0 for step in steps) or all(step < 0 for step in steps)
 
 
 def _mixture_gain_likely(
-    spans: list[tuple[BatchDistribution, float]],
+    spans: list[tuple[PastRegime, float]],
     config: SpecConfig,
     current: SpecConfig,
     models: tuple[SpeedModel, ...],
     settings: ControlSettings,
 ) -> float:
-    """The gain of ``config`` over ``current`` through ``spans`` that the posterior draws
-    beat with ``gain_confidence``."""
+    """The gain of ``config`` over ``current`` through ``spans`` (each at its own context)
+    that the posterior draws beat with ``gain_confidence``."""
     gains = []
     for model in models:
-        new = sum(s * predict(config, load, model, settings.objective).value for load, s in spans)
-        old = sum(s * predict(current, load, model, settings.objective).value for load, s in spans)
+        at: dict[float, SpeedModel] = {model.context_tokens: model}
+        new = old = 0.0
+        for span, seconds in spans:
+            priced = _at_context(at, model, span.context_tokens)
+            new += seconds * predict(config, span.load, priced, settings.objective).value
+            old += seconds * predict(current, span.load, priced, settings.objective).value
         gains.append(new / old - 1.0 if old > 0 else 0.0)
     return _quantile(gains, 1.0 - settings.gain_confidence)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from specops.policy import AcceptanceCurve, BatchDistribution
 
-__all__ = ["Regime", "RegimeSettings", "track_regime"]
+__all__ = ["PastRegime", "Regime", "RegimeSettings", "track_regime"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,9 @@ class Regime:
     """The current regime: its averaged load and acceptance, when it began, doubts so far.
 
     ``drafts`` counts the drafts behind the averaged acceptance, its statistical weight;
-    ``drift`` the windows in a row whose mean batch lay above the average (negative: below).
+    ``drift`` the windows in a row whose mean batch lay above the average (negative: below);
+    ``context_tokens`` the mean context per running request, averaged as the load is (0:
+    not measured): it moves with the load, and a past load is priced again at its own.
     """
 
     load: BatchDistribution
@@ -80,9 +82,23 @@ class Regime:
     doubted_since: float | None = None
     doubts: int = 0
     drift: int = 0
+    context_tokens: float = 0.0
 
     def age(self, now: float) -> float:
         return max(now - self.started_at, 0.0)
+
+    def past(self) -> PastRegime:
+        """What the regime leaves to the mixture of loads once it has ended."""
+        return PastRegime(self.load, self.context_tokens)
+
+
+@dataclass(frozen=True)
+class PastRegime:
+    """A past regime as the mixture of loads prices it again: its load and the context
+    its requests held (0: not measured), since a step's attention reads that context."""
+
+    load: BatchDistribution
+    context_tokens: float = 0.0
 
 
 def _acceptance_move(before: AcceptanceCurve | None, now: AcceptanceCurve | None) -> float:
@@ -114,6 +130,13 @@ def _blend(
     return AcceptanceCurve(tuple(rates))
 
 
+def _blend_context(before: float, now: float, weight: float) -> float:
+    """The averaged context with a window's (0: not measured, which leaves it as it was)."""
+    if now <= 0 or before <= 0:
+        return now if now > 0 else before
+    return (1 - weight) * before + weight * now
+
+
 def track_regime(
     regime: Regime | None,
     load: BatchDistribution,
@@ -122,14 +145,17 @@ def track_regime(
     at: float,
     settings: RegimeSettings,
     requests: float | None = None,
+    context_tokens: float = 0.0,
 ) -> tuple[Regime, bool]:
     """Fold one window into the regime; the flag says a new regime began with it.
 
     ``acceptance`` is None when the window had too few drafts to measure it; ``requests``
-    the requests the window finished (None: unknown).
+    the requests the window finished (None: unknown); ``context_tokens`` the window's mean
+    context per running request (0: unknown).
     """
     if regime is None:
-        return Regime(load, acceptance, at, drafts if acceptance is not None else 0.0), True
+        drafted = drafts if acceptance is not None else 0.0
+        return Regime(load, acceptance, at, drafted, context_tokens=context_tokens), True
     acceptance_move = _acceptance_move(regime.acceptance, acceptance)
     noise = _acceptance_noise(regime, requests, settings)
     load_moved = regime.load.shift_distance(load, settings.slack) > settings.distance
@@ -138,7 +164,8 @@ def track_regime(
         since = regime.doubted_since if regime.doubted_since is not None else at
         decisive = acceptance_move > max(settings.decisive_acceptance_shift, 3.0 * noise)
         if decisive or regime.doubts + 1 >= settings.confirmations:
-            return Regime(load, acceptance, since, drafts if acceptance is not None else 0.0), True
+            drafted = drafts if acceptance is not None else 0.0
+            return Regime(load, acceptance, since, drafted, context_tokens=context_tokens), True
         return replace(regime, doubted_since=since, doubts=regime.doubts + 1), False
     weight = 1.0 / min(regime.windows + 1, settings.memory)
     drift = _drift(regime, load, settings.drift)
@@ -151,6 +178,9 @@ def track_regime(
             drafts=regime.drafts + (drafts if acceptance is not None else 0.0),
             windows=1 if drifting else regime.windows + 1,
             drift=0 if drifting else drift,
+            context_tokens=_blend_context(
+                regime.context_tokens, context_tokens, 1.0 if drifting else weight
+            ),
         ),
         False,
     )

@@ -17,6 +17,7 @@ from specops.control import (
     ControlSettings,
     Decision,
     Mode,
+    PastRegime,
     ReasonCode,
     ServiceModel,
     decide,
@@ -291,7 +292,7 @@ def _off_after(service: ServiceModel, *loads: int) -> ControllerState:
         acceptance_drafts=10_000.0,
         cost_evidence=CostEvidence().add(points, service.cost),
         regime_lengths=(600.0,) * len(loads),
-        past_loads=tuple(BatchDistribution.constant(b) for b in loads),
+        past_regimes=tuple(PastRegime(BatchDistribution.constant(b)) for b in loads),
     )
 
 
@@ -334,6 +335,33 @@ def test_switching_per_regime_pays_for_the_windows_that_confirm_each_new_one() -
     kept = decide(history, long, ONE_K, cheap, 0)
     assert kept.action is Action.KEEP and kept.config == SpecConfig.off()
     assert "one config for the recent mixture of loads" in kept.reason
+
+
+def test_each_past_regime_is_priced_at_the_context_its_requests_held() -> None:
+    """Attention reads each request's context once a step, whatever k: at 1000 tokens a
+    request the batch-32 regimes are memory-bound enough for k = 2 to beat off there too,
+    so no alternation is left to serve and batch 1 gets its own best. Priced at this
+    window's 100 tokens (a past context unmeasured, 0), off serves the mixture."""
+    kv = ServiceModel(
+        method="suffix",
+        cost=cost_prior(replace(COST, c_kv=1e-6), relative_stddev=1e-3, floor_fraction=1e-3),
+        max_batch=64,
+    )
+    measured = replace(_window(0, [1] * 60, k=0), context_tokens=100.0)
+
+    def after(context: float) -> Decision:
+        history = _off_after(kv, 32, 1, 32)
+        past = tuple(
+            replace(p, context_tokens=context if p.load.mean > 1 else 0.0)
+            for p in history.past_regimes
+        )
+        return decide(replace(history, past_regimes=past), measured, kv, SETTINGS, 0)
+
+    unmeasured = after(0.0)
+    assert unmeasured.action is Action.KEEP and unmeasured.config == SpecConfig.off()
+    assert "one config for the recent mixture of loads" in unmeasured.reason
+    long = after(1000.0)
+    assert long.action is Action.RECONFIGURE and long.config == SpecConfig.static(2)
 
 
 def test_on_a_ramp_the_past_loads_are_behind_the_service_and_the_choice_is_this_regimes() -> None:
@@ -414,7 +442,10 @@ def test_a_target_no_config_meets_at_any_past_load_leaves_the_choice_to_throughp
     state = replace(
         ControllerState.initial(SpecConfig.static(3)),
         regime_lengths=(600.0, 600.0),
-        past_loads=(BatchDistribution.constant(32), BatchDistribution.constant(4)),
+        past_regimes=(
+            PastRegime(BatchDistribution.constant(32)),
+            PastRegime(BatchDistribution.constant(4)),
+        ),
     )
     decision = decide(state, _steady(0), ONE_K, unmeetable, 0)
     assert decision.config == SpecConfig.static(1)

@@ -78,3 +78,21 @@ def test_a_few_requests_swinging_the_acceptance_start_no_regime() -> None:
     assert _swinging(1000, swings) >= 1
     # nor does a request count hide a real change: 30 % for good, ten requests a window
     assert _swinging(10, [0.3, 0.3, 0.3]) == 1
+
+
+def test_a_regime_averages_its_context_and_a_new_one_starts_from_its_windows() -> None:
+    """The context per request is averaged as the load is; a window that did not measure
+    it (0) leaves it; a new regime starts from the window that began it, and what the
+    regime leaves behind (``past``) carries its own."""
+    regime, _ = track_regime(None, _window(8), None, 0.0, 0.0, SETTINGS, context_tokens=2000.0)
+    regime, _ = track_regime(regime, _window(8), None, 0.0, 60.0, SETTINGS, context_tokens=1000.0)
+    assert regime.context_tokens == 1500.0
+    regime, _ = track_regime(regime, _window(8), None, 0.0, 120.0, SETTINGS, context_tokens=0.0)
+    assert regime.context_tokens == 1500.0
+    assert regime.past().context_tokens == 1500.0
+    busy = regime
+    for minute in (3, 4):
+        busy, new = track_regime(
+            busy, _window(192), None, 0.0, 60.0 * minute, SETTINGS, context_tokens=900.0
+        )
+    assert new and busy.context_tokens == 900.0

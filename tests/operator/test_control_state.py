@@ -25,6 +25,7 @@ from specops.control import (
     ControllerState,
     ControlSettings,
     Mode,
+    PastRegime,
     Regime,
     Rollout,
     ServiceModel,
@@ -74,6 +75,7 @@ def _full_state() -> ControllerState:
             doubted_since=1_700_000_000.0,
             doubts=1,
             drift=-1,
+            context_tokens=1375.5,
         ),
         acceptance=AcceptanceCurve((0.8, 0.61, 0.44)),
         acceptance_drafts=30_000.0,
@@ -85,9 +87,9 @@ def _full_state() -> ControllerState:
             cost_prior(StepCostModel(0.006, 2e-5, 4e-8, 1e-3, DraftCost(2e-3, 8e-7))),
         ),
         regime_lengths=(1800.0, 640.5),
-        past_loads=(
-            BatchDistribution.from_weights({6: 0.5, 8: 0.5}),
-            BatchDistribution.from_weights({190: 0.25, 192: 0.75}),
+        past_regimes=(
+            PastRegime(BatchDistribution.from_weights({6: 0.5, 8: 0.5}), 2100.0),
+            PastRegime(BatchDistribution.from_weights({190: 0.25, 192: 0.75}), 950.25),
         ),
         canary=Canary(SpecConfig.static(5), TABLE, 1_700_000_200.0, 0.125, (1.2, 1.25)),
     )
