@@ -739,9 +739,8 @@ def _mixed(spans: list[tuple[PastRegime, float]]) -> BatchDistribution:
 
 
 def _at_context(at: dict[float, SpeedModel], model: SpeedModel, context: float) -> SpeedModel:
-    """``model`` with its requests holding ``context`` tokens each (0: unmeasured, its own
-    context), one model a context in ``at``."""
-    context = context or model.context_tokens
+    """``model`` with its requests holding ``context`` tokens each, one model a context in
+    ``at``."""
     found = at.get(context)
     if found is None:
         found = at[context] = SpeedModel(
@@ -784,8 +783,15 @@ def _over_the_mixture(
     past = list(zip(state.past_regimes, lengths, strict=True))
     if len(past) < 2 or choice.config == state.config or _ramping(past, regime.load):
         return evaluation
-    # Each regime priced at the context its requests held; this one at the window's.
-    spans = [*past, (PastRegime(regime.load, measured.context_tokens), evaluation.horizon)]
+    # Each regime priced at the context its requests held; this one, and one that did not
+    # measure it, at the window's.
+    spans = [
+        *(
+            (PastRegime(span.load, span.context_tokens or measured.context_tokens), s)
+            for span, s in past
+        ),
+        (PastRegime(regime.load, measured.context_tokens), evaluation.horizon),
+    ]
     model = speed_model(
         cost, choice.acceptance, measured.context_tokens, measured.prompts, choice.spread
     )
@@ -796,12 +802,11 @@ def _over_the_mixture(
         return predict(config, span.load, priced, settings.objective).value
 
     def best(span: PastRegime) -> PolicyChoice:
-        context = span.context_tokens or measured.context_tokens
         return _policy(
             state,
             replace(regime, load=span.load),
             acceptance,
-            replace(measured, context_tokens=context),
+            replace(measured, context_tokens=span.context_tokens),
             service,
             cost,
             settings,
@@ -809,7 +814,7 @@ def _over_the_mixture(
         )
 
     # This regime's best is the choice already made for it.
-    bests = [*(best(span).config for span, _ in past), choice.config]
+    bests = [*(best(span).config for span, _ in spans[:-1]), choice.config]
     restart = settings.margin * _restart_cost(state, settings)
     switching = sum(
         seconds * value(c, span) for (span, seconds), c in zip(spans, bests, strict=True)
