@@ -92,12 +92,17 @@ def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
 def _context_tokens(
     windows: Sequence[WindowObservation], kv_capacity_tokens: int | None, default: float
 ) -> float:
-    """Mean context per running request: KV tokens in use over requests running."""
+    """Mean context per running request: KV tokens in use over requests running.
+
+    The usage is a share of the pool the engine sized, which it reports (its
+    gpu_memory_utilization, max_model_len and GPU decide it, not the model); only an engine
+    that does not is read with ``kv_capacity_tokens``, the profile's pool."""
     estimates: list[tuple[float | None, float]] = []
     for w in windows:
         running, kv = w.load.running, w.load.kv_cache_usage
-        if kv_capacity_tokens and running is not None and kv is not None and running.mean > 0:
-            estimates.append((kv.mean * kv_capacity_tokens / running.mean, running.mean))
+        pool = w.load.kv_capacity_tokens or kv_capacity_tokens
+        if pool and running is not None and kv is not None and running.mean > 0:
+            estimates.append((kv.mean * pool / running.mean, running.mean))
     found = _weighted(estimates)
     return found if found is not None else default
 

@@ -101,6 +101,12 @@ class LoadObservation(_Estimate):
     kv_cache_usage: DistributionObservation | None = Field(
         None, description="KV-cache usage fraction, averaged over engines."
     )
+    kv_capacity_tokens: float | None = Field(
+        None,
+        description="KV-cache tokens per engine, the pool the usage is a share of, as the "
+        "engine reports it (vllm:cache_config_info num_gpu_blocks x block_size); null when "
+        "it does not.",
+    )
     preemptions: float | None = None
     preemptions_per_second: float | None = None
 

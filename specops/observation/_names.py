@@ -13,6 +13,7 @@ from specops.vllm import ENGINE_METRICS
 
 __all__ = [
     "ACCEPTED_PER_POSITION",
+    "CACHE_CONFIG_INFO",
     "SAMPLE_NAMES",
     "SUMMED_GAUGES",
     "Counter",
@@ -58,11 +59,13 @@ class Hist(StrEnum):
 
 
 ACCEPTED_PER_POSITION = _checked("vllm:spec_decode_num_accepted_tokens_per_pos", "counter")
+# One child per engine, value 1, whose labels say how large the engine made its KV pool.
+CACHE_CONFIG_INFO = _checked("vllm:cache_config_info", "gauge")
 # Gauges that add up over engines; the others (KV-cache usage) are averaged.
 SUMMED_GAUGES = frozenset({Gauge.RUNNING, Gauge.WAITING})
 SAMPLE_NAMES: frozenset[str] = frozenset(
     [c.value for c in Counter]
     + [g.value for g in Gauge]
     + [f"{h.value}{suffix}" for h in Hist for suffix in ("_bucket", "_count", "_sum")]
-    + [ACCEPTED_PER_POSITION]
+    + [ACCEPTED_PER_POSITION, CACHE_CONFIG_INFO]
 )

@@ -249,6 +249,9 @@ def _load(
             [s.gauges[Gauge.KV_CACHE_USAGE] for s in snapshots if Gauge.KV_CACHE_USAGE in s.gauges],
             _KV_BOUNDS,
         ),
+        kv_capacity_tokens=next(
+            (s.kv_capacity_tokens for s in reversed(snapshots) if s.kv_capacity_tokens), None
+        ),
         preemptions=preemptions[0] if preemptions else None,
         preemptions_per_second=_rate(intervals, Counter.PREEMPTIONS),
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from specops.observation._names import (
     ACCEPTED_PER_POSITION,
+    CACHE_CONFIG_INFO,
     SUMMED_GAUGES,
     Counter,
     Gauge,
@@ -90,6 +91,9 @@ class Snapshot:
     gauges: Mapping[Gauge, float] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     """Values no engine reports (negative, NaN, a usage above 1), as messages."""
+    kv_capacity_tokens: float | None = None
+    """KV-cache tokens per engine, the pool its usage is a share of, as the engines report
+    it (cache_config_info: num_gpu_blocks x block_size, their mean); None where none does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,25 @@ def _histogram(
 
 def _engine_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items()))
+
+
+def _kv_pool_tokens(labels: Mapping[str, str]) -> int | None:
+    """An engine's KV pool in tokens from its cache_config_info labels; None before the
+    engine has sized it (num_gpu_blocks "None") or where a label is missing."""
+    blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    if not (blocks.isdigit() and size.isdigit()):
+        return None
+    return int(blocks) * int(size) or None
+
+
+def _kv_pool(reading: Reading) -> float | None:
+    """The engines' mean KV pool in tokens; None where none reports it."""
+    pools = [
+        pool
+        for s in reading.series
+        if s.name == CACHE_CONFIG_INFO and (pool := _kv_pool_tokens(s.labels)) is not None
+    ]
+    return sum(pools) / len(pools) if pools else None
 
 
 def snapshot_from_reading(reading: Reading) -> Snapshot:
@@ -175,6 +198,7 @@ def snapshot_from_reading(reading: Reading) -> Snapshot:
         histograms=histograms,
         gauges=gauges,
         problems=reading_problems(reading),
+        kv_capacity_tokens=_kv_pool(reading),
     )
 
 

@@ -11,6 +11,7 @@ from specops.vllm._args import (
     vllm_argv,
 )
 from specops.vllm._metrics import (
+    CACHE_CONFIG_FIELDS,
     ENGINE_LABELS,
     ENGINE_METRICS,
     FINISH_REASONS,
@@ -50,6 +51,7 @@ from specops.vllm._speculative_config import (
 )
 
 __all__ = [
+    "CACHE_CONFIG_FIELDS",
     "DEPRECATED_MTP_METHODS",
     "DYNAMIC_SCHEDULE_METHODS",
     "ENGINE_LABELS",

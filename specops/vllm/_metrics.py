@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "CACHE_CONFIG_FIELDS",
     "ENGINE_LABELS",
     "ENGINE_METRICS",
     "FINISH_REASONS",
@@ -87,6 +88,24 @@ class MetricSpec:
     label_values: tuple[str, ...] = ()
 
 
+# vllm/config/cache.py CacheConfig's fields in declaration order, then the engine's index:
+# the labels of vllm:cache_config_info, whose one child per engine (value 1) carries the
+# config (CacheConfig.metrics_info() is its __dict__ as strings, and log_metrics_info adds
+# "engine"). specops reads num_gpu_blocks and block_size, the pool the usage is a share of.
+CACHE_CONFIG_FIELDS: tuple[str, ...] = (
+    "block_size", "user_specified_block_size", "kv_cache_layout", "prefix_match_unit",
+    "gpu_memory_utilization", "cache_dtype", "is_attention_free", "num_gpu_blocks_override",
+    "sliding_window", "enable_prefix_caching", "prefix_caching_hash_algo",
+    "prefix_cache_retention_interval", "kv_cache_dtype_skip_layers", "mamba_page_size_padded",
+    "skip_page_size_padded", "mamba_block_size", "mamba_cache_dtype", "mamba_ssm_cache_dtype",
+    "mamba_cache_mode", "enable_mamba_shared_prefix_checkpoint", "replayssm_buffer_len",
+    "use_replayssm", "use_kda_recoverssm", "num_gpu_blocks", "num_cpu_blocks",
+    "simple_cpu_offload_num_blocks", "effective_attention_block_size", "kv_cache_size_tokens",
+    "kv_cache_max_concurrency", "hash_block_size", "cache_hit_alignment_tokens",
+    "kv_sharing_fast_prefill", "swa_bounded_replay", "kv_cache_memory_bytes",
+    "kv_offloading_size", "kv_offloading_backend", "_block_size_resolved",
+)  # fmt: skip
+
 _H: MetricKind = "histogram"
 ENGINE_METRICS: dict[str, MetricSpec] = {
     spec.name: spec
@@ -99,6 +118,12 @@ ENGINE_METRICS: dict[str, MetricSpec] = {
         ),
         MetricSpec(
             "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."
+        ),
+        MetricSpec(
+            "vllm:cache_config_info",
+            "gauge",
+            "Information of the LLMEngine CacheConfig",
+            labels=(*CACHE_CONFIG_FIELDS, "engine"),
         ),
         MetricSpec(
             "vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine."

@@ -41,6 +41,8 @@ _PERF = "vllm/v1/metrics/perf.py"
 _BUCKETS = "vllm/v1/metrics/buckets.py"
 _SPEC_CONFIG = "vllm/config/speculative.py"
 _ENGINE = "vllm/v1/engine/__init__.py"
+# The configs log_metrics_info describes, by its type argument: module and class.
+_INFO_CONFIGS = {"cache_config": ("vllm.config.cache", "CacheConfig")}
 _KINDS = {"_gauge_cls": "gauge", "_counter_cls": "counter", "_histogram_cls": "histogram"}
 
 
@@ -202,13 +204,57 @@ def _tuples_named(tree: ast.AST, name: str, resolver: _Resolver) -> list[tuple[o
 
 
 def release_metrics(wheel: Path) -> dict[str, ReleaseMetric]:
-    """Every engine, performance and spec-decode metric the Prometheus stat logger registers."""
-    loggers = _metric_calls(wheel_source(wheel, _LOGGERS), {})
+    """Every engine, performance, spec-decode and info metric the Prometheus stat logger
+    registers."""
+    source = wheel_source(wheel, _LOGGERS)
+    loggers = _metric_calls(source, {})
     engine_labels = next(m.labels for m in loggers if m.name == "vllm:num_requests_running")
     seed: dict[str, object] = {"labelnames": engine_labels}
     perf = _metric_calls(wheel_source(wheel, _PERF), seed)
     spec = _metric_calls(wheel_source(wheel, _SPEC_METRICS), seed)
-    return {metric.name: metric for metric in (*loggers, *perf, *spec)}
+    info = _info_gauges(wheel, ast.parse(source))
+    return {metric.name: metric for metric in (*loggers, *perf, *spec, *info)}
+
+
+def _info_gauges(wheel: Path, loggers: ast.AST) -> list[ReleaseMetric]:
+    """The gauges ``log_metrics_info`` registers, one a config type (``if type == ...:
+    name = ...``), labelled with the config's fields (``metrics_info()`` is its
+    ``__dict__``) and the engine; it runs when the engine starts, whatever the config."""
+    found: list[ReleaseMetric] = []
+    for function in ast.walk(loggers):
+        if not (isinstance(function, ast.FunctionDef) and function.name == "log_metrics_info"):
+            continue
+        for branch in ast.walk(function):
+            if not (isinstance(branch, ast.If) and isinstance(branch.test, ast.Compare)):
+                continue
+            kind = branch.test.comparators[0]
+            named = [
+                n.value.value
+                for n in branch.body
+                if isinstance(n, ast.Assign)
+                and isinstance(n.targets[0], ast.Name)
+                and n.targets[0].id == "name"
+                and isinstance(n.value, ast.Constant)
+            ]
+            if not (isinstance(kind, ast.Constant) and named):
+                continue
+            if kind.value not in _INFO_CONFIGS:
+                raise ReleaseError(f"log_metrics_info describes {kind.value!r}, a config unknown")
+            module, name = _INFO_CONFIGS[kind.value]
+            fields = _fields(_module_class(wheel, module, name))
+            found.append(ReleaseMetric(str(named[0]), "gauge", (*fields, "engine"), None, True))
+    return found
+
+
+def _fields(node: ast.ClassDef) -> tuple[str, ...]:
+    """A dataclass's fields in declaration order (its annotated names, less ClassVars)."""
+    return tuple(
+        item.target.id
+        for item in node.body
+        if isinstance(item, ast.AnnAssign)
+        and isinstance(item.target, ast.Name)
+        and not ast.unparse(item.annotation).startswith("ClassVar")
+    )
 
 
 def _module_class(wheel: Path, module: str, name: str) -> ast.ClassDef:

@@ -41,6 +41,7 @@ def pod_observation(
     alpha: float = 0.7,
     drafts: float = 50_000.0,
     kv_usage: float | None = None,
+    kv_pool: float | None = None,
     status: EstimateStatus = EstimateStatus.OK,
     window_s: float = 300.0,
     tokens_per_second: float = 1000.0,
@@ -69,6 +70,7 @@ def pod_observation(
         kv_cache_usage=_distribution([kv_usage] * len(running), (0.5, 1.0))
         if kv_usage is not None
         else None,
+        kv_capacity_tokens=kv_pool,
     )
     window = WindowObservation(
         window_seconds=window_s,

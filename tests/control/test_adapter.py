@@ -157,6 +157,17 @@ def test_context_comes_from_kv_use_over_running_requests() -> None:
     assert _window([pod]).control_input.context_tokens == 1024.0
 
 
+def test_the_kv_pool_an_engine_reports_wins_over_the_profiles() -> None:
+    """On a GPU with more memory than the profile's, or another gpu_memory_utilization, the
+    engine's pool is larger: the usage is a share of it, so each pod is read with its own."""
+    measured = pod_observation("a", at=NOW, running=[8] * 20, kv_usage=0.4, kv_pool=800_000)
+    profiled = pod_observation("b", at=NOW, running=[8] * 20, kv_usage=0.4)
+    window = _window([measured, profiled], kv_capacity_tokens=400_000)
+    assert window.control_input.context_tokens == pytest.approx(
+        (0.4 * 800_000 / 8 + 0.4 * 400_000 / 8) / 2
+    )
+
+
 def test_speculation_off_has_load_and_no_acceptance() -> None:
     window = _window([pod_observation("a", at=NOW, running=[64] * 20, k=0)], k=0)
     assert window.available

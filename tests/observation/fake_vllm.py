@@ -22,7 +22,11 @@ class FakeVllm:
     """One vLLM server with ``engines`` engines (data-parallel ranks) and ``k`` draft positions."""
 
     def __init__(
-        self, k: int = 3, engines: int = 1, model: str = "meta-llama/Llama-3.1-8B"
+        self,
+        k: int = 3,
+        engines: int = 1,
+        model: str = "meta-llama/Llama-3.1-8B",
+        kv_blocks: int = 25_000,
     ) -> None:
         self.registry = CollectorRegistry()
         self.k = k
@@ -38,7 +42,12 @@ class FakeVllm:
         for lv in self._engines:
             for spec in ENGINE_METRICS.values():
                 metric = self.metrics[spec.name]
-                if "position" in spec.labels:
+                if spec.name == "vllm:cache_config_info":
+                    # Set once the engine has sized its pool: the fields read, the rest "None".
+                    info = {label: "None" for label in spec.labels}
+                    info.update(block_size="16", num_gpu_blocks=str(kv_blocks), engine=lv[1])
+                    metric.labels(**info).set(1)
+                elif "position" in spec.labels:
                     for pos in range(k):
                         metric.labels(*lv, str(pos))
                 elif "finished_reason" in spec.labels:

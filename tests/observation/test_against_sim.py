@@ -20,6 +20,7 @@ from specops_lab.sim import (
 )
 from specops_lab.sim._exposition import render_metrics
 
+from specops.control import service_window
 from specops.observation import (
     EstimateStatus,
     ObserverConfig,
@@ -30,7 +31,7 @@ from specops.observation import (
     parse_exposition,
     snapshot_from_reading,
 )
-from specops.policy import StepShape
+from specops.policy import SpecConfig, StepShape
 from specops.profiles import get_profile
 from specops.vllm import SpeculativeConfig
 
@@ -204,3 +205,40 @@ def test_a_tables_short_drafts_are_corrected_for_with_the_config_in_force(
     assert e3.measured and abs(e3.tokens - true_expected(K)) <= 3 * e3.stderr + 0.02
     prediction = table_acceptance(table_run, speculative).prediction
     assert prediction.candidates[K].expected_tokens == pytest.approx(true_expected(K), rel=0.03)
+
+
+@pytest.mark.parametrize("truth", ["llama3.1-8b-h100-eagle3", "llama3.1-8b-h200-eagle3"])
+def test_context_is_read_against_the_kv_pool_the_engine_sized(truth: str) -> None:
+    """The KV-cache usage is a share of the engine's own pool, which the GPU (the H200's
+    is twice the H100's) and its settings decide: read against the profile's H100 pool,
+    the context per request on the H200 would come out at half of what the requests hold.
+    Read against the pool cache_config_info reports, it is the workload's on both."""
+    config = EngineConfig(
+        served_model_name="m",
+        speculative=parse_speculative_config(
+            f'{{"method": "eagle3", "model": "d", "num_speculative_tokens": {K}}}'
+        ),
+    )
+    engine = SimulatedEngine(Workload(SPEC, seed=3), config, truth=load_truth(truth))
+    for _ in range(32):
+        engine.add_request()
+    snapshots: list[Snapshot] = []
+    held: list[float] = []
+    while engine.now < 120.0:
+        if engine.now >= 5.0 * len(snapshots):
+            page = render_metrics(engine.metrics(), "m", speculative=True).decode()
+            snapshots.append(snapshot_from_reading(parse_exposition(page, engine.now)))
+            held.append(engine.context_tokens / max(engine.num_running, 1))
+        for _ in engine.step().finished:
+            engine.add_request()
+    pod = observation(snapshots)
+    window = service_window(
+        [pod],
+        [],
+        window_s=300.0,
+        in_force=SpecConfig.static(K),
+        now=snapshots[-1].timestamp,
+        pods_ready=True,
+        kv_capacity_tokens=PROFILE.kv_capacity("eagle3"),
+    )
+    assert window.control_input.context_tokens == pytest.approx(sum(held) / len(held), rel=0.1)

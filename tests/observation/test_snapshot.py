@@ -43,6 +43,24 @@ def test_engines_are_summed_and_kv_usage_averaged() -> None:
     assert iteration.bounds[-1] == math.inf
 
 
+def test_the_kv_pool_is_read_from_each_engines_cache_config() -> None:
+    """cache_config_info's labels say how many blocks of how many tokens each engine sized;
+    an engine still profiling (num_gpu_blocks "None") or a page without it says nothing."""
+    snap = snapshot_of(FakeVllm(engines=2, kv_blocks=1_000), 1.0)
+    assert snap.kv_capacity_tokens == 16_000
+    info = "vllm:cache_config_info"
+    sizing = _reading(
+        1.0,
+        (info, {"engine": "0", "block_size": "16", "num_gpu_blocks": "None"}, 1.0),
+        (info, {"engine": "1", "block_size": "32", "num_gpu_blocks": "100"}, 1.0),
+    )
+    assert snapshot_from_reading(sizing).kv_capacity_tokens == 3_200
+    profiling = _reading(1.0, (info, {"block_size": "16", "num_gpu_blocks": "None"}, 1.0))
+    assert snapshot_from_reading(profiling).kv_capacity_tokens is None
+    page = _reading(1.0, ("vllm:num_requests_running", {}, 4.0))
+    assert snapshot_from_reading(page).kv_capacity_tokens is None
+
+
 def _reading(t: float, *series: tuple[str, dict[str, str], float]) -> Reading:
     return Reading(t, [Series(n, labels, v) for n, labels, v in series])
 

@@ -396,12 +396,14 @@ class SimulatedEngine:
         if kv_tokens < self.config.block_size:
             raise EngineConfigError(f"truth {self.truth.name} leaves no KV cache for {method}")
         self._metrics.set_positions(k_max)
+        blocks = kv_tokens // self.config.block_size
+        self._metrics.set_kv_pool(self.config.block_size, blocks, self.config.max_model_len)
         return _Speculation(
             method=method,
             family=family,
             k_max=k_max,
             lookup=lookup,
-            kv_blocks=kv_tokens // self.config.block_size,
+            kv_blocks=blocks,
         )
 
     @property
@@ -539,6 +541,12 @@ class SimulatedEngine:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the running requests hold in context (prompt computed so far and output):
+        the reference for what the KV-cache usage measures."""
+        return int(self._ctx[list(self._order)].sum()) if self._order else 0
 
     @property
     def has_work(self) -> bool:

@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from specops.vllm import RELEASE_METRICS
-from specops_lab.sim._metrics import EngineMetrics
+from specops_lab.sim._metrics import CACHE_CONFIG_INFO, EngineMetrics
 
 __all__ = ["CONTENT_TYPE", "render_metrics"]
 
@@ -57,6 +57,8 @@ class _SnapshotCollector(Collector):
         if name == _PER_POSITION:
             per_position = enumerate(metrics.accepted_per_position)
             return [([*base, str(position)], value) for position, value in per_position]
+        if name == CACHE_CONFIG_INFO:
+            return [([*(metrics.cache_config[label] for label in spec.labels[:-1]), *base], 1.0)]
         if spec.label_values:
             return [([*base, label], value) for label, value in metrics.labelled[name].items()]
         values = metrics.counters if spec.kind == "counter" else metrics.gauges

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specops.vllm import RELEASE_METRICS, bucket_bounds
+from specops.vllm import CACHE_CONFIG_FIELDS, RELEASE_METRICS, bucket_bounds
 
 __all__ = [
     "EngineMetrics",
@@ -45,6 +45,8 @@ class EngineMetrics:
     """Families with one child per value of a last label (MetricSpec.label_values)."""
     gauges: Mapping[str, float]
     histograms: Mapping[str, HistogramSnapshot]
+    cache_config: Mapping[str, str]
+    """vllm:cache_config_info's labels but the engine's: the KV pool as the engine sized it."""
 
     @property
     def success(self) -> Mapping[str, float]:
@@ -59,6 +61,29 @@ class EngineMetrics:
             return float("nan")
         return 1.0 + self.counters["vllm:spec_decode_num_accepted_tokens"] / drafts
 
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# vLLM 0.33.0's CacheConfig defaults as metrics_info() writes them (each value's str), for a
+# model with full attention, prefix caching and no offload; the engine sets the pool it sizes.
+_CACHE_CONFIG_DEFAULTS: dict[str, str] = {
+    "block_size": "16", "user_specified_block_size": "False", "kv_cache_layout": "None",
+    "prefix_match_unit": "None", "gpu_memory_utilization": "0.92", "cache_dtype": "auto",
+    "is_attention_free": "False", "num_gpu_blocks_override": "None", "sliding_window": "None",
+    "enable_prefix_caching": "True", "prefix_caching_hash_algo": "sha256",
+    "prefix_cache_retention_interval": "0", "kv_cache_dtype_skip_layers": "[]",
+    "mamba_page_size_padded": "None", "skip_page_size_padded": "None",
+    "mamba_block_size": "None", "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto",
+    "mamba_cache_mode": "none", "enable_mamba_shared_prefix_checkpoint": "False",
+    "replayssm_buffer_len": "16", "use_replayssm": "False", "use_kda_recoverssm": "False",
+    "num_gpu_blocks": "None", "num_cpu_blocks": "None", "simple_cpu_offload_num_blocks": "None",
+    "effective_attention_block_size": "None", "kv_cache_size_tokens": "None",
+    "kv_cache_max_concurrency": "None", "hash_block_size": "None",
+    "cache_hit_alignment_tokens": "None", "kv_sharing_fast_prefill": "False",
+    "swa_bounded_replay": "True", "kv_cache_memory_bytes": "None", "kv_offloading_size": "None",
+    "kv_offloading_backend": "native", "_block_size_resolved": "True",
+}  # fmt: skip
+if tuple(_CACHE_CONFIG_DEFAULTS) != CACHE_CONFIG_FIELDS:
+    raise RuntimeError("the simulated CacheConfig's fields differ from vLLM's")
 
 # Up to this many values, observing them one by one is cheaper than with numpy.
 _FEW = 8
@@ -110,7 +135,8 @@ class MetricsRecorder:
         plain = {
             name: spec
             for name, spec in RELEASE_METRICS.items()
-            if not spec.label_values and name != "vllm:spec_decode_num_accepted_tokens_per_pos"
+            if not spec.label_values
+            and name not in ("vllm:spec_decode_num_accepted_tokens_per_pos", CACHE_CONFIG_INFO)
         }
         self.counters: dict[str, int] = {
             name: 0 for name, spec in plain.items() if spec.kind == "counter"
@@ -131,6 +157,17 @@ class MetricsRecorder:
             if spec.kind == "histogram"
         }
         self.labelled["vllm:engine_sleep_state"]["awake"] = 1.0
+        self.cache_config = dict(_CACHE_CONFIG_DEFAULTS)
+
+    def set_kv_pool(self, block_size: int, blocks: int, max_model_len: int) -> None:
+        """Describe the KV pool as vLLM does once it has sized it (cache_config_info)."""
+        self.cache_config.update(
+            block_size=str(block_size),
+            num_gpu_blocks=str(blocks),
+            effective_attention_block_size=str(block_size),
+            kv_cache_size_tokens=str(blocks * block_size),
+            kv_cache_max_concurrency=str(blocks * block_size / max_model_len),
+        )
 
     def set_positions(self, positions: int) -> None:
         """Export ``positions`` per-position counters (vLLM: num_speculative_tokens)."""
@@ -149,4 +186,5 @@ class MetricsRecorder:
             labelled={name: dict(values) for name, values in self.labelled.items()},
             gauges=dict(self.gauges),
             histograms={name: h.snapshot() for name, h in self.histograms.items()},
+            cache_config=dict(self.cache_config),
         )
