@@ -279,6 +279,13 @@ def _steady_targets(results: TraceResults) -> list[TargetResult]:
     return out
 
 
+def _versus(mine: float, other: float) -> str:
+    """The controller's goodput against another's as a relative change, or why there is
+    none: a policy that serves no goodput (none of its tokens within the TPOT target)
+    has no ratio."""
+    return f"{mine / other - 1:+.1%}" if other else "no goodput within the TPOT target"
+
+
 def _mixed_targets(results: TraceResults) -> list[TargetResult]:
     name = results.trace.name
     mine = results.summary(CONTROLLED).goodput
@@ -296,7 +303,9 @@ def _mixed_targets(results: TraceResults) -> list[TargetResult]:
             "mixed: >= 0.95 of the oracle's goodput",
             name,
             mine >= 0.95 * best_oracle,
-            f"specops {mine:.0f} / oracle {best_oracle:.0f} = {mine / best_oracle:.3f}{bound}",
+            f"specops {mine:.0f} / oracle {best_oracle:.0f} = {mine / best_oracle:.3f}{bound}"
+            if best_oracle
+            else f"specops {mine:.0f}, oracle 0: no config meets the TPOT target on this trace",
         )
     ]
     if statics:
@@ -307,10 +316,10 @@ def _mixed_targets(results: TraceResults) -> list[TargetResult]:
                 "mixed: ahead of the best single static k",
                 name,
                 mine > static,
-                f"specops {mine:.0f} vs {best_static} {static:.0f} ({mine / static - 1:+.1%})"
+                f"specops {mine:.0f} vs {best_static} {static:.0f} ({_versus(mine, static)})"
                 + (
                     f"; hindsight's best plan from day zero {reachable:.0f} "
-                    f"({reachable / static - 1:+.1%})"
+                    f"({_versus(reachable, static)})"
                     if reachable
                     else ""
                 ),
@@ -323,7 +332,7 @@ def _mixed_targets(results: TraceResults) -> list[TargetResult]:
                 "mixed: ahead of vLLM's documented table",
                 name,
                 mine > table,
-                f"specops {mine:.0f} vs {VLLM_TABLE} {table:.0f} ({mine / table - 1:+.1%})",
+                f"specops {mine:.0f} vs {VLLM_TABLE} {table:.0f} ({_versus(mine, table)})",
             )
         )
     return out

@@ -301,3 +301,30 @@ def test_the_decision_cost_pools_every_controlled_run_and_names_the_fleet_a_core
         "max_s": 0.3,
     }
     assert decision_cost([results(())]) is None
+
+
+def test_mixed_targets_report_a_baseline_without_goodput_instead_of_dividing_by_it() -> None:
+    """Where no request meets the TPOT target, the oracle, the best static k and vLLM's
+    table serve no goodput: the targets say so rather than divide by zero."""
+    none = {
+        name: RunResult(
+            name,
+            "t",
+            tuple(_stats(f"s{i}", 100, slo_share=0.0) for i in range(2)),
+            0,
+            (),
+            (),
+            "llama3.1-8b-h100-eagle3",
+        )
+        for name in ("off", "k1", "vllm-table", "specops")
+    }
+    results = oracle(TRACE, none, ["off", "k1", "vllm-table"], runnable=["off", "k1"])
+    targets = {t.target: t for t in evaluate_targets([results])}
+    assert "oracle 0: no config meets the TPOT target" in (
+        targets["mixed: >= 0.95 of the oracle's goodput"].detail
+    )
+    static = targets["mixed: ahead of the best single static k"]
+    table = targets["mixed: ahead of vLLM's documented table"]
+    assert not static.passed and "no goodput within the TPOT target" in static.detail
+    assert not table.passed and "no goodput within the TPOT target" in table.detail
+    assert "| specops |" in markdown([results], list(targets.values()), "bench", 60.0)
