@@ -196,7 +196,23 @@ def load_trace(path: Path, entry: TraceEntry) -> LoadTrace:
     workload = Path(trace.workload)
     if not workload.is_absolute() and (path.parent / workload).is_file():
         trace = trace.model_copy(update={"workload": str(path.parent / workload)})
-    return trace.scaled(entry.time_scale)
+    trace = trace.scaled(entry.time_scale)
+    if trace.sweep:
+        _check_warmup(path, trace, entry.time_scale)
+    return trace
+
+
+def _check_warmup(path: Path, trace: LoadTrace, time_scale: float) -> None:
+    """A sweep measures each segment after its warm-up: one no longer than its warm-up
+    would have no figures at all."""
+    for index, segment in enumerate(trace.segments):
+        if trace.warmup_s >= segment.duration_s:
+            raise BenchError(
+                f"trace {trace.name} ({path}): warmup_s {trace.warmup_s:g} s leaves nothing "
+                f"to measure of segment {segment.name(index)} ({segment.duration_s:g} s, "
+                f"time_scale {time_scale:g} applied to both): make warmup_s shorter than "
+                "every segment of the sweep"
+            )
 
 
 def _suite_data(path: Path) -> dict[str, object]:

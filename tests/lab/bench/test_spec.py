@@ -57,3 +57,16 @@ def test_invalid_trace_names_the_file(tmp_path: Path) -> None:
     )
     with pytest.raises(BenchError, match="invalid trace"):
         load_suite(tmp_path / "suite.yaml")
+
+
+def test_a_sweep_warmup_must_leave_each_segment_something_to_measure(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: warm\nworkload: sharegpt\nsweep: true\nwarmup_s: 250\n"
+        "segments:\n  - {duration_s: 300, concurrency: 4}\n"
+        "  - {duration_s: 200, concurrency: 16}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\ntraces:\n  - {trace: t.yaml}\n"
+    )
+    with pytest.raises(BenchError, match=r"trace warm .*warmup_s 250 s .*segment 1:c16 \(200 s"):
+        load_suite(tmp_path / "suite.yaml")
