@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import time
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from math import ceil, floor, inf, nextafter
 
@@ -72,6 +73,7 @@ __all__ = [
     "Policy",
     "RunResult",
     "SegmentStats",
+    "engine_errors",
     "initial_config",
     "load_inputs",
     "run_policy",
@@ -342,7 +344,8 @@ def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
         )
     except ValidationError as exc:
         raise BenchError(
-            f"trace {trace.name}: segment mixes do not fit the workload: {exc}"
+            f"trace {trace.name}: segment mixes do not fit the workload {workload.name} "
+            f"(phases[i] is segment i's mix): {exc}"
         ) from exc
 
 
@@ -508,10 +511,29 @@ def load_inputs(
         raise BenchError(f"trace {trace.name}: {exc}") from exc
 
 
+@contextmanager
+def engine_errors(where: str) -> Iterator[None]:
+    """The simulated engine's refusal of an input that only a run meets (a prompt longer
+    than the model's context, ...) as a BenchError that says which suite entry to fix."""
+    try:
+        yield
+    except EngineConfigError as exc:
+        raise BenchError(
+            f"{where}: {exc}; fix the trace's workload, or the suite's service or truths"
+        ) from exc
+
+
 def run_policy(
     trace: LoadTrace, policy: Policy, service: ServiceSpec, controller: ControllerSpec
 ) -> RunResult:
     """A whole trace; a sweep runs each segment on a fresh engine and joins the figures."""
+    with engine_errors(f"trace {trace.name} on truth {service.truth}, policy {policy.name}"):
+        return _run_policy(trace, policy, service, controller)
+
+
+def _run_policy(
+    trace: LoadTrace, policy: Policy, service: ServiceSpec, controller: ControllerSpec
+) -> RunResult:
     profile, truth, workload = load_inputs(trace, service)
     if not trace.sweep:
         return _run_trace(trace, policy, service, controller, profile, truth, workload)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from specops.errors import SpecopsError
+from specops.policy import AcceptanceCurve
 from specops_lab.sim import DEFAULT_TRUTH
 
 __all__ = [
@@ -123,6 +124,14 @@ class ServiceSpec(_Spec):
     prior_acceptance: tuple[float, ...] = Field(min_length=1, max_length=32)
     per_batch_size: bool = True
     seed: int = 0
+
+    @field_validator("prior_acceptance")
+    @classmethod
+    def _acceptance_curve(cls, rates: tuple[float, ...]) -> tuple[float, ...]:
+        """The controller's prior is a curve it builds at every decision: refused here, at
+        load, rather than in the middle of a run."""
+        AcceptanceCurve(rates)  # each rate in [0, 1], none above the one before
+        return rates
 
 
 class ControllerSpec(_Spec):

@@ -15,13 +15,15 @@ from specops_lab.bench._run import (
     GoodputRulePolicy,
     Policy,
     RunResult,
+    _phased,
+    engine_errors,
     initial_config,
     load_inputs,
     run_policy,
 )
 from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace
 from specops_lab.bench._truth_table import truth_table
-from specops_lab.sim import load_truth
+from specops_lab.sim import load_truth, parse_speculative_config
 
 __all__ = [
     "VLLM_DOCUMENTED_TABLE",
@@ -66,10 +68,10 @@ def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
         current = segment.mix if segment.mix is not None else current
         mixes.setdefault(json.dumps(current, sort_keys=True), (segment.name(index), current))
     many = len(mixes) > 1
-    return [
-        FixedPolicy(
-            f"truth-table-{label}" if many else "truth-table",
-            truth_table(
+    tables = []
+    for label, mix in mixes.values():
+        with engine_errors(f"trace {trace.name} on truth {service.truth}, the truth's table"):
+            table = truth_table(
                 truth,
                 workload,
                 service.method,
@@ -77,10 +79,9 @@ def _truth_tables(trace: LoadTrace, suite: BenchSuite) -> list[FixedPolicy]:
                 max_batch=service.max_num_seqs,
                 seed=service.seed,
                 mix=mix,
-            ),
-        )
-        for label, mix in mixes.values()
-    ]
+            )
+        tables.append(FixedPolicy(f"truth-table-{label}" if many else "truth-table", table))
+    return tables
 
 
 def _candidates(suite: BenchSuite, trace: LoadTrace) -> list[Policy]:
@@ -171,6 +172,23 @@ def _truth_names(truths: Sequence[str]) -> list[str]:
     return names
 
 
+def _check_inputs(suite: BenchSuite, traces: Sequence[LoadTrace]) -> None:
+    """Before any run: what the runs would otherwise meet only once started (the service's
+    speculative method, every truth, the profile, each trace's workload and its segment
+    mixes), each refused naming the entry to fix."""
+    service = suite.service
+    vllm = {"method": service.method, "model": service.draft_model}
+    try:
+        parse_speculative_config(json.dumps({**vllm, "num_speculative_tokens": service.k_max}))
+    except EngineConfigError as exc:
+        raise BenchError(f"service.method {service.method!r}: {exc}") from exc
+    for truth in suite.truth_axis:
+        on_truth = service.model_copy(update={"truth": truth})
+        for trace in traces:
+            _, _, workload = load_inputs(trace, on_truth)
+            _phased(workload, trace)
+
+
 def run_suite(
     suite: BenchSuite,
     traces: Sequence[LoadTrace],
@@ -181,6 +199,7 @@ def run_suite(
     named ``trace@name``, the truth's own name. Independent runs go to ``jobs`` processes."""
     truths = suite.truth_axis
     names = _truth_names(truths)
+    _check_inputs(suite, traces)
     cases: list[tuple[LoadTrace, list[Policy], BenchSuite]] = []
     for truth, name in zip(truths, names, strict=True):
         on_truth = suite.model_copy(

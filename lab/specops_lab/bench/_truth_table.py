@@ -94,7 +94,10 @@ def workload_acceptance(
     run_closed_loop(engine, _PROBE_BATCH, requests=_PROBE_REQUESTS)
     metrics = engine.metrics()
     drafts = metrics.counters["vllm:spec_decode_num_drafts"]
-    rates = [min(max(n / drafts, 0.0), 1.0) for n in metrics.accepted_per_position]
+    # Requests of one token never decode: nothing was drafted, so nothing is accepted.
+    rates = [
+        min(max(n / drafts, 0.0), 1.0) if drafts else 0.0 for n in metrics.accepted_per_position
+    ]
     for i in range(1, len(rates)):
         rates[i] = min(rates[i], rates[i - 1])
     prompt = metrics.histograms["vllm:request_prompt_tokens"]
