@@ -224,15 +224,21 @@ def _check_warmup(path: Path, trace: LoadTrace, time_scale: float) -> None:
             )
 
 
-def _suite_data(path: Path) -> dict[str, object]:
+def _suite_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     """The suite's mapping, over the mapping of its ``base`` suite if it names one."""
+    if path.resolve() in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
+        raise BenchError(f"suite {path}: base suites form a cycle ({chain}): remove one base")
     data = _read_yaml(path, "suite")
     if not isinstance(data, dict):
         raise BenchError(f"suite {path} must be a mapping")
     base = data.pop("base", None)
     if base is None:
         return data
-    return {**_suite_data(path.parent / str(base)), **data}
+    below = path.parent / str(base)
+    if not below.is_file():
+        raise BenchError(f"suite {path}: base {base} is not a file ({below} does not exist)")
+    return {**_suite_data(below, (*seen, path.resolve())), **data}
 
 
 def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:

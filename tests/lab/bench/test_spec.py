@@ -70,3 +70,16 @@ def test_a_sweep_warmup_must_leave_each_segment_something_to_measure(tmp_path: P
     )
     with pytest.raises(BenchError, match=r"trace warm .*warmup_s 250 s .*segment 1:c16 \(200 s"):
         load_suite(tmp_path / "suite.yaml")
+
+
+def test_a_cycle_of_base_suites_is_refused_naming_the_files(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nname: b\n")
+    with pytest.raises(BenchError, match=r"base suites form a cycle \(.*a\.yaml -> .*b\.yaml"):
+        load_suite(tmp_path / "a.yaml")
+
+
+def test_a_missing_base_suite_names_the_suite_that_refers_to_it(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("base: nosuch.yaml\nname: a\n")
+    with pytest.raises(BenchError, match=r"suite .*a\.yaml: base nosuch\.yaml is not a file"):
+        load_suite(tmp_path / "a.yaml")
