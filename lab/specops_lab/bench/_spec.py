@@ -9,10 +9,11 @@ scale.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specops.errors import SpecopsError
 from specops.policy import AcceptanceCurve
@@ -74,7 +75,7 @@ class LoadTrace(_Spec):
     near the oracle).
     """
 
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # names files: as a truth's
     description: str = ""
     workload: str
     segments: tuple[Segment, ...] = Field(min_length=1)
@@ -83,6 +84,24 @@ class LoadTrace(_Spec):
     noise: float = Field(default=0.0, ge=0, le=1)
     noise_period_s: float = Field(default=10.0, gt=0)
     mixed: bool = True
+
+    @model_validator(mode="after")
+    def _one_mix_per_label(self) -> LoadTrace:
+        """A label names the truth's best table for its segment's mix: two mixes under one
+        label would be one baseline, the other's runs lost."""
+        seen: dict[str, str] = {}
+        mix: dict[str, float] | None = None
+        for segment in self.segments:
+            mix = segment.mix if segment.mix is not None else mix
+            if segment.label is None:
+                continue
+            this = json.dumps(mix, sort_keys=True)
+            if seen.setdefault(segment.label, this) != this:
+                raise ValueError(
+                    f"segments labelled {segment.label!r} run different mixes "
+                    f"({seen[segment.label]} and {this}): give each mix a label of its own"
+                )
+        return self
 
     def scaled(self, factor: float) -> LoadTrace:
         """The same trace with every duration multiplied by ``factor`` (a shorter CI run)."""
@@ -248,4 +267,11 @@ def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:
     except ValidationError as exc:
         raise BenchError(f"invalid suite {path}: {exc}") from exc
     traces = tuple(load_trace(path.parent / entry.trace, entry) for entry in suite.traces)
+    names = [trace.name for trace in traces]
+    shared = sorted({name for name in names if names.count(name) > 1})
+    if shared:
+        raise BenchError(
+            f"suite {path}: traces share the name {', '.join(shared)} (their results would "
+            "be one): give each trace file a name of its own"
+        )
     return suite, traces

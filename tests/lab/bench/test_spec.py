@@ -83,3 +83,38 @@ def test_a_missing_base_suite_names_the_suite_that_refers_to_it(tmp_path: Path) 
     (tmp_path / "a.yaml").write_text("base: nosuch.yaml\nname: a\n")
     with pytest.raises(BenchError, match=r"suite .*a\.yaml: base nosuch\.yaml is not a file"):
         load_suite(tmp_path / "a.yaml")
+
+
+def test_a_trace_name_is_a_file_name() -> None:
+    with pytest.raises(ValueError, match="name"):
+        LoadTrace(
+            name="night/day", workload="sharegpt", segments=(Segment(duration_s=10, concurrency=1),)
+        )
+
+
+def test_two_traces_of_one_suite_may_not_share_a_name(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 10, concurrency: 4}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\n"
+        "traces:\n  - {trace: t.yaml}\n  - {trace: t.yaml, time_scale: 0.5}\n"
+    )
+    with pytest.raises(BenchError, match="traces share the name t "):
+        load_suite(tmp_path / "suite.yaml")
+
+
+def test_one_label_may_not_name_two_mixes() -> None:
+    def trace(second: dict[str, float] | None) -> LoadTrace:
+        return LoadTrace(
+            name="t",
+            workload="shift",
+            segments=(
+                Segment(duration_s=10, concurrency=1, mix={"sharegpt": 1.0}, label="phase"),
+                Segment(duration_s=10, concurrency=2, mix=second, label="phase"),
+            ),
+        )
+
+    assert len(trace(None).segments) == 2  # the same mix, carried on, may share it
+    with pytest.raises(ValueError, match="segments labelled 'phase' run different mixes"):
+        trace({"hard": 1.0})
