@@ -193,6 +193,14 @@ class BenchSuite(_Spec):
     policies: tuple[str, ...] | None = None
     truths: tuple[str, ...] | None = Field(default=None, min_length=1)
 
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _unquoted_off(cls, policies: object) -> object:
+        """YAML reads an unquoted ``off`` as false: that policy is ``off``."""
+        if isinstance(policies, list | tuple):
+            return ["off" if policy is False else policy for policy in policies]
+        return policies
+
     @property
     def truth_axis(self) -> tuple[str, ...]:
         return self.truths or (self.service.truth,)

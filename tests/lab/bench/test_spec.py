@@ -118,3 +118,15 @@ def test_one_label_may_not_name_two_mixes() -> None:
     assert len(trace(None).segments) == 2  # the same mix, carried on, may share it
     with pytest.raises(ValueError, match="segments labelled 'phase' run different mixes"):
         trace({"hard": 1.0})
+
+
+def test_an_unquoted_off_policy_is_off(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 10, concurrency: 4}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\npolicies: [off, k1]\n"
+        "traces:\n  - {trace: t.yaml}\n"
+    )
+    suite, _ = load_suite(tmp_path / "suite.yaml")
+    assert suite.policies == ("off", "k1")
