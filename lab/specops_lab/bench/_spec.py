@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specops.control import ControlSettings
 from specops.errors import SpecopsError
 from specops.policy import AcceptanceCurve
 from specops_lab.sim import DEFAULT_TRUTH
@@ -153,12 +154,17 @@ class ServiceSpec(_Spec):
         return rates
 
 
+# The load samples a window must hold before the controller decides on it.
+_MIN_LOAD_SAMPLES = ControlSettings().min_load_samples
+
+
 class ControllerSpec(_Spec):
     """The slow loop's knobs in the benchmark (seconds of virtual time).
 
     ``rollout_poll_s``: how often a rollout in progress is followed, as the operator does
     (its ``rollout_poll_s``), so the measured rollout durations, which price a restart,
-    are the engine's downtime and not a window's granularity.
+    are the engine's downtime and not a window's granularity. A window must hold
+    enough scrapes to decide on.
     """
 
     window_s: float = Field(default=60.0, gt=0)
@@ -171,6 +177,16 @@ class ControllerSpec(_Spec):
     regime_min_s: float = Field(default=300.0, ge=0)
     regime_max_s: float = Field(default=3600.0, gt=0)
     min_drafts: int = Field(default=2000, ge=1)
+
+    @model_validator(mode="after")
+    def _window_holds_the_samples(self) -> ControllerSpec:
+        if self.window_s < _MIN_LOAD_SAMPLES * self.scrape_s:
+            raise ValueError(
+                f"controller.window_s {self.window_s:g} s holds fewer than the "
+                f"{_MIN_LOAD_SAMPLES} load samples a decision needs at controller.scrape_s "
+                f"{self.scrape_s:g} s: make window_s at least {_MIN_LOAD_SAMPLES} x scrape_s"
+            )
+        return self
 
 
 class TraceEntry(_Spec):
@@ -282,4 +298,19 @@ def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:
             f"suite {path}: traces share the name {', '.join(shared)} (their results would "
             "be one): give each trace file a name of its own"
         )
+    for trace in traces:
+        _check_window(path, trace, suite.controller.window_s)
     return suite, traces
+
+
+def _check_window(path: Path, trace: LoadTrace, window_s: float) -> None:
+    """The controller decides a window into each run: a run no longer than its window (a
+    sweep's segment, or a whole trace) would never see the controller decide."""
+    run_s = min(s.duration_s for s in trace.segments) if trace.sweep else trace.duration_s
+    if window_s >= run_s:
+        what = "a segment of sweep" if trace.sweep else "trace"
+        raise BenchError(
+            f"suite {path}: controller.window_s {window_s:g} s is not shorter than {what} "
+            f"{trace.name} ({run_s:g} s after time_scale): the controller would never decide; "
+            "shorten window_s or lengthen the trace"
+        )

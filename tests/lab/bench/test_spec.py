@@ -1,7 +1,7 @@
 from pathlib import Path
 
 import pytest
-from specops_lab.bench import BenchError, LoadTrace, Segment, load_suite
+from specops_lab.bench import BenchError, ControllerSpec, LoadTrace, Segment, load_suite
 
 REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
 
@@ -122,7 +122,7 @@ def test_one_label_may_not_name_two_mixes() -> None:
 
 def test_an_unquoted_off_policy_is_off(tmp_path: Path) -> None:
     (tmp_path / "t.yaml").write_text(
-        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 10, concurrency: 4}\n"
+        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 100, concurrency: 4}\n"
     )
     (tmp_path / "suite.yaml").write_text(
         "name: s\nservice: {prior_acceptance: [0.6]}\npolicies: [off, k1]\n"
@@ -130,3 +130,21 @@ def test_an_unquoted_off_policy_is_off(tmp_path: Path) -> None:
     )
     suite, _ = load_suite(tmp_path / "suite.yaml")
     assert suite.policies == ("off", "k1")
+
+
+def test_a_window_must_hold_the_load_samples_a_decision_needs() -> None:
+    with pytest.raises(ValueError, match=r"controller\.window_s 5 s .*controller\.scrape_s 10 s"):
+        ControllerSpec(window_s=5, scrape_s=10)
+    assert ControllerSpec(window_s=20, scrape_s=2).window_s == 20
+
+
+def test_a_window_as_long_as_a_run_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 100, concurrency: 4}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\ncontroller: {window_s: 60}\n"
+        "traces:\n  - {trace: t.yaml, time_scale: 0.5}\n"
+    )
+    with pytest.raises(BenchError, match=r"window_s 60 s is not shorter than trace t \(50 s"):
+        load_suite(tmp_path / "suite.yaml")
