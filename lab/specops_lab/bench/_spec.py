@@ -4,7 +4,9 @@ Everything the benchmark varies is data: a load trace is a list of segments of c
 concurrency (constant or a linear ramp, optionally with stationary noise) over a
 workload; a suite names the service (the engine's truth, the controller's profile, method,
 restart downtime, TPOT target), the controller's settings and the traces with their time
-scale.
+scale. A suite may name a ``base`` suite and set only what differs: nested mappings
+(``service``, ``controller``) merge key by key, lists (``traces``, ``truths``,
+``policies``) replace the base's.
 """
 
 from __future__ import annotations
@@ -281,11 +283,25 @@ def _suite_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     below = path.parent / str(base)
     if not below.is_file():
         raise BenchError(f"suite {path}: base {base} is not a file ({below} does not exist)")
-    return {**_suite_data(below, (*seen, path.resolve())), **data}
+    return _merged(_suite_data(below, (*seen, path.resolve())), data)
+
+
+def _merged(base: dict[str, object], over: dict[str, object]) -> dict[str, object]:
+    """``over`` on ``base``: mappings merge key by key, anything else (lists too) replaces,
+    so a suite that sets one service key keeps its base's others."""
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = _merged(below, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:
-    """A suite file and its traces; trace and base paths are relative to the suite file."""
+    """A suite file and its traces; trace and base paths are relative to the suite file,
+    and a base's nested mappings merge with the suite's (lists replace)."""
     try:
         suite = BenchSuite.model_validate(_suite_data(path))
     except ValidationError as exc:

@@ -148,3 +148,22 @@ def test_a_window_as_long_as_a_run_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(BenchError, match=r"window_s 60 s is not shorter than trace t \(50 s"):
         load_suite(tmp_path / "suite.yaml")
+
+
+def test_a_suite_over_a_base_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
+    for name in ("t", "u"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nworkload: sharegpt\n"
+            "segments:\n  - {duration_s: 100, concurrency: 4}\n"
+        )
+    (tmp_path / "base.yaml").write_text(
+        "name: base\nservice: {prior_acceptance: [0.6], tpot_target_ms: 20, k_max: 5}\n"
+        "traces:\n  - {trace: t.yaml}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "base: base.yaml\nname: s\nservice: {tpot_target_ms: 30}\ntraces:\n  - {trace: u.yaml}\n"
+    )
+    suite, traces = load_suite(tmp_path / "suite.yaml")
+    assert (suite.service.tpot_target_ms, suite.service.k_max) == (30, 5)
+    assert suite.service.prior_acceptance == (0.6,)
+    assert [t.name for t in traces] == ["u"]
