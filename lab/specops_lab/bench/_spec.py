@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specops.control import ControlSettings
 from specops.errors import SpecopsError
 from specops.policy import AcceptanceCurve
-from specops_lab.sim import DEFAULT_TRUTH
+from specops_lab.sim import DEFAULT_TRUTH, truth_names
 
 __all__ = [
     "BenchError",
@@ -277,6 +277,7 @@ def _suite_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     data = _read_yaml(path, "suite")
     if not isinstance(data, dict):
         raise BenchError(f"suite {path} must be a mapping")
+    _resolve_truths(path, data)
     base = data.pop("base", None)
     if base is None:
         return data
@@ -284,6 +285,25 @@ def _suite_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     if not below.is_file():
         raise BenchError(f"suite {path}: base {base} is not a file ({below} does not exist)")
     return _merged(_suite_data(below, (*seen, path.resolve())), data)
+
+
+def _truth_file(path: Path, truth: object) -> object:
+    """A truth file named relative to the suite file, as its traces are; a shipped
+    truth's name stays a name."""
+    if not isinstance(truth, str) or truth in truth_names() or Path(truth).is_absolute():
+        return truth
+    beside = path.parent / truth
+    return str(beside) if beside.is_file() else truth
+
+
+def _resolve_truths(path: Path, data: dict[str, object]) -> None:
+    """The suite file's ``truths`` and ``service.truth``, resolved against the file."""
+    truths = data.get("truths")
+    if isinstance(truths, list):
+        data["truths"] = [_truth_file(path, truth) for truth in truths]
+    service = data.get("service")
+    if isinstance(service, dict) and "truth" in service:
+        data["service"] = {**service, "truth": _truth_file(path, service["truth"])}
 
 
 def _merged(base: dict[str, object], over: dict[str, object]) -> dict[str, object]:
@@ -300,8 +320,8 @@ def _merged(base: dict[str, object], over: dict[str, object]) -> dict[str, objec
 
 
 def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:
-    """A suite file and its traces; trace and base paths are relative to the suite file,
-    and a base's nested mappings merge with the suite's (lists replace)."""
+    """A suite file and its traces; trace, truth and base paths are relative to the suite
+    file, and a base's nested mappings merge with the suite's (lists replace)."""
     try:
         suite = BenchSuite.model_validate(_suite_data(path))
     except ValidationError as exc:
@@ -314,8 +334,9 @@ def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:
             f"suite {path}: traces share the name {', '.join(shared)} (their results would "
             "be one): give each trace file a name of its own"
         )
-    for trace in traces:
-        _check_window(path, trace, suite.controller.window_s)
+    if suite.policies is None or "specops" in suite.policies:  # the controller runs
+        for trace in traces:
+            _check_window(path, trace, suite.controller.window_s)
     return suite, traces
 
 

@@ -167,3 +167,35 @@ def test_a_suite_over_a_base_merges_mappings_and_replaces_lists(tmp_path: Path) 
     assert (suite.service.tpot_target_ms, suite.service.k_max) == (30, 5)
     assert suite.service.prior_acceptance == (0.6,)
     assert [t.name for t in traces] == ["u"]
+
+
+def test_truth_files_resolve_against_the_suite_file(tmp_path: Path) -> None:
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "truths").mkdir()
+    (tmp_path / "truths" / "slow.yaml").write_text("base: llama3.1-8b-h100-eagle3\nname: slow\n")
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 100, concurrency: 4}\n"
+    )
+    (tmp_path / "suites" / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6], truth: ../truths/slow.yaml}\n"
+        "truths: [../truths/slow.yaml, llama3.1-8b-h200-eagle3]\n"
+        "traces:\n  - {trace: ../t.yaml}\n"
+    )
+    suite, _ = load_suite(tmp_path / "suites" / "suite.yaml")
+    slow = str(tmp_path / "suites" / "../truths/slow.yaml")
+    assert suite.truths == (slow, "llama3.1-8b-h200-eagle3")
+    assert suite.service.truth == slow
+
+
+def test_a_window_longer_than_a_run_matters_only_where_the_controller_runs(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 30, concurrency: 4}\n"
+    )
+    (tmp_path / "suite.yaml").write_text(
+        "name: s\nservice: {prior_acceptance: [0.6]}\npolicies: [k1]\n"
+        "traces:\n  - {trace: t.yaml}\n"
+    )
+    suite, _ = load_suite(tmp_path / "suite.yaml")
+    assert suite.controller.window_s == 60
