@@ -131,15 +131,34 @@ def oracle(
 class _Change:
     """What a change of config costs a plan: ``react_s`` of its segment still served by
     the config before (a measurement must see the new load first), then ``restart_s``
-    that serves nothing."""
+    that serves nothing, into the following segments where it runs past its own."""
 
     restart_s: float
     react_s: float = 0.0
 
-    def served(self, before: SegmentStats, after: SegmentStats) -> float:
+    def served(
+        self, before: SegmentStats, after: SegmentStats, down_s: float
+    ) -> tuple[float, float]:
+        """Goodput tokens of ``after``'s segment when the change is ordered there, with
+        ``down_s`` of an earlier restart still to run (no restart starts before it ends),
+        and the downtime left at the segment's end."""
         seconds = after.end - after.start
-        react = min(self.react_s, seconds)
-        return before.goodput * react + after.goodput * max(seconds - react - self.restart_s, 0.0)
+        begin = min(max(self.react_s, down_s), seconds)
+        up = begin + self.restart_s
+        served = before.goodput * max(begin - down_s, 0.0)
+        return served + after.goodput * max(seconds - up, 0.0), max(up - seconds, 0.0)
+
+
+def _kept(segment: SegmentStats, down_s: float) -> tuple[float, float]:
+    """Goodput tokens of a segment that keeps the config before, ``down_s`` of a restart
+    still to run, and the downtime left at its end."""
+    seconds = segment.end - segment.start
+    return segment.goodput * max(seconds - down_s, 0.0), max(down_s - seconds, 0.0)
+
+
+# per (config a plan ends with, restart downtime it has still to run): (goodput tokens,
+# -changes), the plan
+_Plans = dict[tuple[str, float], tuple[tuple[float, int], tuple[str, ...]]]
 
 
 def _restart_plan(
@@ -155,27 +174,36 @@ def _restart_plan(
     a change too. Of plans that serve as much, the one with the fewest changes: where no
     config serves any goodput (an overload beyond the TPOT target), the plan keeps what
     ran rather than change for nothing."""
-    # per config the plan ends with: (goodput tokens, -changes), the plan
-    best: dict[str, tuple[tuple[float, int], tuple[str, ...]]] = (
-        {start: ((0.0, 0), ())} if start is not None and start in names else {}
-    )
+    best: _Plans = {(start, 0.0): ((0.0, 0), ())} if start is not None and start in names else {}
     for index in range(segments):
-        step: dict[str, tuple[tuple[float, int], tuple[str, ...]]] = {}
+        step: _Plans = {}
         for name in names:
             ways = [
-                (_continued(score, runs, previous, name, index, change), (*plan, name))
-                for previous, (score, plan) in best.items()
-            ]
-            step[name] = (
-                max(ways, key=lambda way: way[0])
-                if ways
-                else ((_served(runs[name].segments[index]), 0), (name,))
-            )
-        best = step
+                (_continued(score, runs, previous, name, index, change, down_s), (*plan, name))
+                for (previous, down_s), (score, plan) in best.items()
+            ] or [(((_served(runs[name].segments[index]), 0), 0.0), (name,))]
+            for (score, left), plan in ways:
+                if (name, left) not in step or score > step[name, left][0]:
+                    step[name, left] = (score, plan)
+        best = _undominated(step)
     if not best:
         return (), 0.0
     (value, _), plan = max(best.values(), key=lambda found: found[0])
     return plan, value
+
+
+def _undominated(plans: _Plans) -> _Plans:
+    """The plans no other plan ending with the same config beats on both its score and
+    the downtime it has left: the rest can never come out ahead."""
+    return {
+        (name, left): (score, plan)
+        for (name, left), (score, plan) in plans.items()
+        if not any(
+            other == name and other_left <= left and other_score >= score
+            for (other, other_left), (other_score, _) in plans.items()
+            if (other, other_left) != (name, left)
+        )
+    }
 
 
 def _served(segment: SegmentStats) -> float:
@@ -190,14 +218,17 @@ def _continued(
     name: str,
     index: int,
     change: _Change,
-) -> tuple[float, int]:
+    down_s: float,
+) -> tuple[tuple[float, int], float]:
     """A plan's (goodput tokens, -changes) once segment ``index`` runs ``name`` after
-    ``previous``."""
+    ``previous`` with ``down_s`` of a restart still to run, and the downtime left."""
     value, changes = score
     segment = runs[name].segments[index]
     if previous == name:
-        return value + _served(segment), changes
-    return value + change.served(runs[previous].segments[index], segment), changes - 1
+        served, left = _kept(segment, down_s)
+        return (value + served, changes), left
+    served, left = change.served(runs[previous].segments[index], segment, down_s)
+    return (value + served, changes - 1), left
 
 
 @dataclass(frozen=True)

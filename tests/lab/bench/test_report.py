@@ -328,3 +328,13 @@ def test_mixed_targets_report_a_baseline_without_goodput_instead_of_dividing_by_
     assert not static.passed and "no goodput within the TPOT target" in static.detail
     assert not table.passed and "no goodput within the TPOT target" in table.detail
     assert "| specops |" in markdown([results], list(targets.values()), "bench", 60.0)
+
+
+def test_a_restart_longer_than_its_segment_keeps_the_next_one_down() -> None:
+    """A 15 s restart ordered at the start of a 10 s segment serves nothing there and the
+    first 5 s of the next: the plan that pays it does not get the change for free."""
+    runs = {"k1": _run("k1", (100, 400)), "k3": _run("k3", (200, 100))}
+    results = oracle(TRACE, runs, ["k1", "k3"], runnable=["k1", "k3"], restart_s=15, start="k3")
+    # changing at once: nothing, then 5 s of k1 at 40/s = 200, under k3's 200 + 100
+    assert results.restart_plan == ("k3", "k3")
+    assert results.reachable_goodput == 300 / 20
