@@ -624,6 +624,8 @@ class SimulatedEngine:
         self, until: float, concurrency: int | None, horizon: int
     ) -> tuple[int, StepResult]:
         """Run a stretch of up to ``horizon`` steps where one can run, else one step alone."""
+        if not self._order and self._waiting:
+            self._fits_alone(self._waiting[0])
         rule = self.step_rule
         settled = rule is None or (rule.settled and self._alone_for == 0)
         self._alone_for = max(0, self._alone_for - 1)
@@ -1105,6 +1107,22 @@ class SimulatedEngine:
             )
         self._note_samples()
         return StepResult(start, end, int(decoding.size), prefill_tokens, k, emitted, finished)
+
+    def _fits_alone(self, request: _Request) -> None:
+        """Refuse a request whose first prefill chunk an empty KV cache cannot hold: it would
+        wait for ever. vLLM never gets here: it refuses to start when its cache cannot hold
+        one request of max_model_len."""
+        block, lookahead = self.config.block_size, 1 + self._spec.k_max
+        chunk = min(request.prompt_len + request.generated, self.config.max_num_batched_tokens)
+        if (chunk + lookahead + block - 1) // block <= self._spec.kv_blocks:
+            return
+        raise EngineConfigError(
+            f"truth {self.truth.name}: a request needs {chunk + lookahead} KV-cache tokens to "
+            f"start and the whole cache holds {self._spec.kv_blocks * block}; give the truth "
+            f"more kv_cache_tokens (less draft.kv_tokens) or serve shorter requests (vLLM "
+            f"refuses to start when its cache cannot hold one request of max_model_len, "
+            f"{self.config.max_model_len} here)"
+        )
 
     def _used_blocks(self, block: int, lookahead: int) -> int:
         if not self._order:

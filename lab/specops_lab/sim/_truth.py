@@ -57,7 +57,8 @@ __all__ = [
 TRUTH_DIR = Path(__file__).parent / "truths"
 DEFAULT_TRUTH = "llama3.1-8b-h100-eagle3"
 
-_STRICT = ConfigDict(extra="forbid")
+# Every number finite: an infinite step time would stall the engine's clock for ever.
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 Counts = npt.NDArray[np.int64]
 Times = npt.NDArray[np.floating[Any]]
 Count = int | Counts
@@ -295,7 +296,13 @@ def _truth_path(source: str, relative_to: Path | None = None) -> Path:
     path = Path(source)
     if relative_to is not None and not path.is_absolute():
         path = relative_to / path
-    if not path.is_file():
+    try:
+        # Resolved, so that a base cycle through another spelling of a path is seen as one.
+        path = path.resolve()
+        found = path.is_file()
+    except OSError:
+        found = False
+    if not found:
         raise EngineConfigError(
             f"truth {source!r} is neither a file nor a shipped truth ({', '.join(truth_names())})"
         )
@@ -326,7 +333,11 @@ def _truth_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     base = data.pop("base", None)
     if base is None:
         return data
-    return _merged(_truth_data(_truth_path(str(base), path.parent), (*seen, path)), data)
+    try:
+        below = _truth_path(str(base), path.parent)
+    except EngineConfigError as exc:
+        raise EngineConfigError(f"truth {path}: base: {exc}") from None
+    return _merged(_truth_data(below, (*seen, path)), data)
 
 
 @cache

@@ -124,6 +124,23 @@ def test_counters_only_grow_and_tokens_add_up() -> None:
     assert previous.gauges["vllm:num_requests_running"] == 0
 
 
+@pytest.mark.parametrize("stepping", ["single", "bulk"])
+def test_a_request_an_empty_cache_cannot_hold_is_refused_not_waited_for(stepping: str) -> None:
+    """It would wait at the head of the queue for ever, the clock running on empty steps."""
+    small = replace(TRUTH, kv_cache_tokens=150, draft=replace(TRUTH.draft, kv_tokens=0))
+    sim = SimulatedEngine(
+        parametric_workload(),
+        EngineConfig(speculative=parse_speculative_config(eagle(3))),
+        truth=small,
+        stepping=stepping,  # type: ignore[arg-type]
+    )
+    sim.add_request(prompt_tokens=100, max_tokens=4)
+    sim.add_request(prompt_tokens=400, max_tokens=4)
+    with pytest.raises(EngineConfigError, match="needs 404 KV-cache tokens to start and the whole"):
+        sim.run_until(60.0)
+    assert len(sim.take_finished()) == 1
+
+
 def test_kv_pressure_preempts_and_every_request_still_finishes() -> None:
     tiny = replace(TRUTH, kv_cache_tokens=8000, draft=replace(TRUTH.draft, kv_tokens=0))
     sim = SimulatedEngine(

@@ -64,6 +64,26 @@ def test_a_bad_field_is_refused_naming_it(tmp_path: Path) -> None:
         load_truth(str(slashed))
 
 
+def test_an_infinite_value_a_missing_base_and_a_cycle_are_refused_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    """An infinite step time would stall the engine's clock; a cycle spelled through another
+    path to the same file would recurse until the name is too long for the system."""
+    infinite = tmp_path / "inf.yaml"
+    infinite.write_text("base: llama3.1-8b-h100-eagle3\nname: i\ntarget: {weights_s: .inf}\n")
+    with pytest.raises(EngineConfigError, match=r"target\.weights_s: Input should be a finite"):
+        load_truth(str(infinite))
+    orphan = tmp_path / "orphan.yaml"
+    orphan.write_text("base: no-such-truth\nname: o\n")
+    with pytest.raises(EngineConfigError, match=r"orphan\.yaml: base: truth 'no-such-truth'"):
+        load_truth(str(orphan))
+    (tmp_path / "sub").mkdir()
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("base: sub/../loop.yaml\nname: l\n")
+    with pytest.raises(EngineConfigError, match="base truths form a cycle"):
+        load_truth(str(loop))
+
+
 def test_a_derived_truth_overrides_only_what_it_sets(tmp_path: Path) -> None:
     h200 = load_truth("llama3.1-8b-h200-eagle3")
     assert h200.target.efficiency == TRUTH.target.efficiency
