@@ -124,6 +124,10 @@ class Advice(_Model):
     expected_tokens: list[dict[str, float | bool]] = Field(
         default_factory=list, description="E(k) with its standard error, the sidecar's estimate."
     )
+    context_tokens: float = Field(
+        0.0, description="Mean context per running request the policy priced the steps at."
+    )
+    context_source: str = Field("", description="Whether the context was measured, and how.")
     step_seconds: float | None = Field(None, description="Mean measured step time.")
     step_time_source: str
     tpot_seconds: float | None = None
@@ -138,7 +142,9 @@ class AdviceInput:
     """What is known besides the counters: the config in force (if given), the priors.
 
     ``given_config`` is the user's --speculative-config as parsed JSON, kept whole so the
-    recommendation changes only the keys specops chooses.
+    recommendation changes only the keys specops chooses. ``kv_capacity_tokens`` is the
+    profile's KV pool, read against for engines that do not report theirs;
+    ``default_context_tokens`` the context assumed where none was measured.
     """
 
     target: str
@@ -146,6 +152,8 @@ class AdviceInput:
     method: str
     service: ServiceModel
     given_config: Mapping[str, object] | None = None
+    kv_capacity_tokens: int | None = None
+    default_context_tokens: float = 1024.0
     settings: ControlSettings = field(default_factory=lambda: ControlSettings(mode=Mode.ADVISE))
 
 
@@ -265,6 +273,8 @@ def advise(
         in_force=in_force,
         now=now,
         pods_ready=True,
+        kv_capacity_tokens=inputs.kv_capacity_tokens,
+        default_context_tokens=inputs.default_context_tokens,
     )
     decision = decide(
         ControllerState.initial(in_force),
@@ -310,6 +320,8 @@ def advise(
         ),
         drafts=measured.control_input.num_drafts,
         expected_tokens=_expected(window),
+        context_tokens=measured.control_input.context_tokens,
+        context_source=measured.context_source,
         step_seconds=cost.step_seconds if cost is not None else None,
         step_time_source=_step_time_words(decision),
         tpot_seconds=measured.tpot_s,

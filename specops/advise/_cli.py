@@ -107,7 +107,14 @@ def _profile(
     default=None,
     help="The speculative method [default: from --speculative-config, else eagle3].",
 )
-@click.option("--context-tokens", default=1024.0, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--context-tokens",
+    default=1024.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Context a running request holds, assumed only where the engines' KV-cache usage "
+    "was not measured (it is read against the pool vllm:cache_config_info reports).",
+)
 @click.option(
     "--max-num-seqs",
     "--max-batch",
@@ -168,6 +175,8 @@ def advise_command(
             method=method,
             service=service_model(found, method, max_batch=max_batch),
             given_config=raw,
+            kv_capacity_tokens=found.kv_capacity(method),
+            default_context_tokens=context_tokens,
         )
         advice: Advice = advise(observation, inputs, time.time(), given)
     except (ValueError, SpecopsError) as exc:

@@ -77,6 +77,11 @@ def advice_text(advice: Advice) -> str:
             f"p90 {running['p90']:g}, p99 {running['p99']:g}, max {running['max']:g} "
             f"({running['samples']:g} samples)"
         )
+    if advice.measured:
+        lines.append(
+            f"Context: {advice.context_tokens:.0f} tokens a running request, "
+            f"{advice.context_source}"
+        )
     if advice.acceptance_per_position:
         rates = " ".join(f"{a:.3f}" for a in advice.acceptance_per_position)
         lines.append(

@@ -34,7 +34,8 @@ class ServiceWindow:
 
     ``control_input`` is what the decision reads (its ``problem`` is set when nothing
     usable was measured); ``reason``/``message`` feed the MetricsAvailable condition; the
-    rest are the figures reported in status (per engine, averaged over the measured pods).
+    rest are the figures reported in status (per engine, averaged over the measured pods);
+    ``context_source`` says whether the context per request was measured, and how.
     """
 
     control_input: ControlInput
@@ -49,6 +50,7 @@ class ServiceWindow:
     tpot_s: float | None = None
     throughput_per_pod: float | None = None
     drafted_tokens_per_draft: float | None = None
+    context_source: str = ""
 
 
 def batch_distribution(running: DistributionObservation) -> BatchDistribution | None:
@@ -91,20 +93,30 @@ def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
 
 def _context_tokens(
     windows: Sequence[WindowObservation], kv_capacity_tokens: int | None, default: float
-) -> float:
+) -> tuple[float, str]:
     """Mean context per running request: KV tokens in use over requests running.
 
     The usage is a share of the pool the engine sized, which it reports (its
     gpu_memory_utilization, max_model_len and GPU decide it, not the model); only an engine
-    that does not is read with ``kv_capacity_tokens``, the profile's pool."""
+    that does not is read with ``kv_capacity_tokens``, the profile's pool. Also where the
+    figure comes from, in words."""
     estimates: list[tuple[float | None, float]] = []
+    engines = 0
     for w in windows:
         running, kv = w.load.running, w.load.kv_cache_usage
         pool = w.load.kv_capacity_tokens or kv_capacity_tokens
         if pool and running is not None and kv is not None and running.mean > 0:
             estimates.append((kv.mean * pool / running.mean, running.mean))
+            engines += 1 if w.load.kv_capacity_tokens else 0
     found = _weighted(estimates)
-    return found if found is not None else default
+    if found is None:
+        return default, "assumed: no pod measured the KV cache in use against a known pool"
+    if engines == len(estimates):
+        return found, "measured: KV cache in use over running requests, of the engines' pools"
+    return found, (
+        f"measured: KV cache in use over running requests, of the profile's pool for "
+        f"{len(estimates) - engines} of {len(estimates)} pods (their engines report none)"
+    )
 
 
 def _tpot_histogram(windows: Sequence[WindowObservation]) -> TpotHistogram | None:
@@ -296,7 +308,7 @@ def service_window(
     positions = min((len(c) for c in counts), default=0)
     drafts = sum(a.drafts for a in measured) if positions else 0.0
     accepted = tuple(sum(c[i] for c in counts) for i in range(positions))
-    context = _context_tokens(windows, kv_capacity_tokens, default_context_tokens)
+    context, context_source = _context_tokens(windows, kv_capacity_tokens, default_context_tokens)
     tpots = [
         (w.outcome.tpot.mean_seconds, w.outcome.tpot.observations)
         for w in windows
@@ -335,4 +347,5 @@ def service_window(
         tpot_s=tpot,
         throughput_per_pod=sum(known_rates) / len(known_rates) if known_rates else None,
         drafted_tokens_per_draft=_drafted_per_draft(windows),
+        context_source=context_source,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -91,3 +92,21 @@ def test_the_batch_limit_is_named_as_vllm_names_it_or_by_its_older_name(flag: st
     argv = ["specops", "advise", "--prometheus-url", "http://prom:9090", "--match", "pod=p-0"]
     ctx = dry_parse([*argv, flag, "512"])
     assert ctx.params["max_batch"] == 512
+
+
+def test_the_context_is_measured_against_the_engines_pool_and_says_so() -> None:
+    """An engine's KV pool comes from its cache_config_info; without it the profile's is
+    read, and without a usage the --context-tokens assumption stands, each said so."""
+    engine = pod_observation(None, at=NOW, running=[8] * 30, k=3, kv_usage=0.4, kv_pool=8e5)
+    advice = advise(engine, _inputs(GIVEN), NOW)
+    assert advice.context_tokens == pytest.approx(0.4 * 8e5 / 8)
+    assert advice.context_source.endswith("of the engines' pools")
+    assert "Context: 40000 tokens a running request, measured" in advice_text(advice)
+    profiled = pod_observation(None, at=NOW, running=[8] * 30, k=3, kv_usage=0.4)
+    inputs = replace(_inputs(GIVEN), kv_capacity_tokens=400_000, default_context_tokens=700.0)
+    advice = advise(profiled, inputs, NOW)
+    assert advice.context_tokens == pytest.approx(0.4 * 400_000 / 8)
+    assert "profile's pool for 1 of 1 pods" in advice.context_source
+    unmeasured = pod_observation(None, at=NOW, running=[8] * 30, k=3)
+    advice = advise(unmeasured, inputs, NOW)
+    assert advice.context_tokens == 700.0 and advice.context_source.startswith("assumed")

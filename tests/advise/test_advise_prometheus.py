@@ -142,6 +142,9 @@ def test_advice_states_what_the_engines_counted_and_what_to_run(
     assert advice["acceptance_per_position"] == pytest.approx(_accepted_share(engines), abs=0.05)
     assert advice["drafts"] > 2000 and 5 <= advice["running_requests"]["mean"] <= 13
     assert advice["step_time_source"].startswith("measured: ")
+    # The KV pool each engine sized reached Prometheus as vllm:cache_config_info's labels.
+    assert advice["context_source"].endswith("of the engines' pools")
+    assert 100 < advice["context_tokens"] < 4096
     assert [c["k"] for c in advice["crossovers"]] == list(range(1, 8))
     recommendation = advice["recommendation"]
     assert recommendation is not None
