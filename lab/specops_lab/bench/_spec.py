@@ -208,7 +208,7 @@ class BenchSuite(_Spec):
     service: ServiceSpec
     controller: ControllerSpec = ControllerSpec()
     traces: tuple[TraceEntry, ...] = Field(min_length=1)
-    policies: tuple[str, ...] | None = None
+    policies: tuple[str, ...] | None = Field(default=None, min_length=1)
     truths: tuple[str, ...] | None = Field(default=None, min_length=1)
 
     @field_validator("policies", mode="before")

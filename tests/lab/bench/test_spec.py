@@ -1,7 +1,14 @@
 from pathlib import Path
 
 import pytest
-from specops_lab.bench import BenchError, ControllerSpec, LoadTrace, Segment, load_suite
+from specops_lab.bench import (
+    BenchError,
+    BenchSuite,
+    ControllerSpec,
+    LoadTrace,
+    Segment,
+    load_suite,
+)
 
 REPO_BENCH = Path(__file__).resolve().parents[3] / "bench"
 
@@ -199,3 +206,15 @@ def test_a_window_longer_than_a_run_matters_only_where_the_controller_runs(
     )
     suite, _ = load_suite(tmp_path / "suite.yaml")
     assert suite.controller.window_s == 60
+
+
+def test_a_suite_must_run_some_policy() -> None:
+    with pytest.raises(ValueError, match="policies"):
+        BenchSuite.model_validate(
+            {
+                "name": "s",
+                "service": {"prior_acceptance": [0.6]},
+                "policies": [],
+                "traces": [{"trace": "t.yaml"}],
+            }
+        )
