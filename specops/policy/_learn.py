@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
@@ -64,6 +65,8 @@ _DIM = len(TERMS)
 # bookkeeping of every position, host work that no datasheet gives.
 _PRICED = frozenset({"fixed", "per_context", "past_knee", "per_position", "speculating"})
 _TRIES = 64
+# Fewest points of one batch that, lying together far from the prediction, overrule it.
+_OVERRULE = 3
 # Feature units keep the normal equations well conditioned: seconds per 1 (fixed), per
 # 1000 batched tokens, per 1e6 context tokens, per draft position.
 _SCALE = (1.0, 1e-3, 1e-6, 1e-3, 1e-3, 1.0, 1e-3, 1.0, 1.0)
@@ -251,7 +254,10 @@ class CostEvidence:
         A point more than ``outlier_ratio`` away from what the evidence so far predicts
         is a broken interval (a counter summed across a restart, a stalled scrape) far more
         often than physics, and is left out: one such point would otherwise move every
-        term at once.
+        term at once. But when most of a batch of points lies that far, on one side, it is
+        the engine that is unlike the prediction (a draft ten times slower than the
+        profile's): the points are then judged against their own lower median, and the
+        engine is learned, not ignored for ever.
         """
         fresh = [
             (p, _point_features(p, prior))
@@ -260,7 +266,15 @@ class CostEvidence:
         ]
         if fresh:
             model = CostPosterior.of(prior, self).model()
-            fresh = [(p, x) for p, x in fresh if _plausible(p, model.seconds(x), prior)]
+            ratios = [p.step_seconds / model.seconds(x) for p, x in fresh]
+            typical = statistics.median_low(ratios) if len(fresh) >= _OVERRULE else 1.0
+            if _plausible(typical, prior):
+                typical = 1.0
+            fresh = [
+                point
+                for point, ratio in zip(fresh, ratios, strict=True)
+                if _plausible(ratio / typical, prior)
+            ]
         if not fresh:
             return self
         gram = list(self.gram)
@@ -308,9 +322,9 @@ def _point_features(point: StepPoint, prior: CostPrior) -> tuple[float, ...]:
     )
 
 
-def _plausible(point: StepPoint, predicted: float, prior: CostPrior) -> bool:
-    ratio = prior.outlier_ratio
-    return predicted / ratio <= point.step_seconds <= predicted * ratio
+def _plausible(ratio: float, prior: CostPrior) -> bool:
+    """Whether a measured step time ``ratio`` times the predicted one can be physics."""
+    return 1.0 / prior.outlier_ratio <= ratio <= prior.outlier_ratio
 
 
 def _cholesky(matrix: Sequence[float]) -> list[float]:

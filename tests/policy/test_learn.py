@@ -141,6 +141,20 @@ def test_a_point_far_from_every_prediction_is_taken_for_a_broken_interval() -> N
     assert evidence.until == good[0].end
 
 
+def test_an_engine_far_slower_than_the_profile_is_learned_not_ignored() -> None:
+    """A draft ten times the profile's puts every step far from the prior's prediction:
+    a window of such points is the engine, and one broken interval among them still goes."""
+    prior = cost_prior(PROFILE)
+    slow = [replace(p, step_seconds=p.step_seconds * 10) for p in _points(3, [8, 16, 32, 64])]
+    broken = replace(slow[0], step_seconds=slow[0].step_seconds * 20, end=10.0)
+    evidence = CostEvidence().add([*slow, broken], prior)
+    assert evidence.points == len(slow) and evidence.until == slow[-1].end
+    learned = CostPosterior.of(prior, evidence).model()
+    for point in slow:
+        shape = StepShape(round(point.decoding), 3, round(point.context_tokens))
+        assert learned.step_time(shape) == pytest.approx(point.step_seconds, rel=0.25)
+
+
 def _table_points(rows: list[tuple[int, int]], start: float) -> list[StepPoint]:
     return [p for i, (b, k) in enumerate(rows) for p in _points(k, [b], start + i, table=True)]
 
