@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specops.control import ControlSettings
 from specops.errors import SpecopsError
 from specops.policy import AcceptanceCurve
-from specops_lab.sim import DEFAULT_TRUTH, truth_names
+from specops_lab.sim import DEFAULT_TRUTH, merge_mappings, truth_names
 
 __all__ = [
     "BenchError",
@@ -284,7 +284,7 @@ def _suite_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     below = path.parent / str(base)
     if not below.is_file():
         raise BenchError(f"suite {path}: base {base} is not a file ({below} does not exist)")
-    return _merged(_suite_data(below, (*seen, path.resolve())), data)
+    return merge_mappings(_suite_data(below, (*seen, path.resolve())), data)
 
 
 def _truth_file(path: Path, truth: object) -> object:
@@ -304,19 +304,6 @@ def _resolve_truths(path: Path, data: dict[str, object]) -> None:
     service = data.get("service")
     if isinstance(service, dict) and "truth" in service:
         data["service"] = {**service, "truth": _truth_file(path, service["truth"])}
-
-
-def _merged(base: dict[str, object], over: dict[str, object]) -> dict[str, object]:
-    """``over`` on ``base``: mappings merge key by key, anything else (lists too) replaces,
-    so a suite that sets one service key keeps its base's others."""
-    merged = dict(base)
-    for key, value in over.items():
-        below = merged.get(key)
-        if isinstance(value, dict) and isinstance(below, dict):
-            merged[key] = _merged(below, value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def load_suite(path: Path) -> tuple[BenchSuite, tuple[LoadTrace, ...]]:

@@ -60,6 +60,7 @@ from specops_lab.sim._truth import (
     TruthSources,
     VerifyTruth,
     load_truth,
+    merge_mappings,
     truth_names,
 )
 from specops_lab.sim._workload import (
@@ -109,6 +110,7 @@ __all__ = [
     "load_trace_set",
     "load_truth",
     "load_workload",
+    "merge_mappings",
     "parse_speculative_config",
     "render_metrics",
     "replay",

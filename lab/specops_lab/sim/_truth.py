@@ -51,6 +51,7 @@ __all__ = [
     "TruthSources",
     "VerifyTruth",
     "load_truth",
+    "merge_mappings",
     "truth_names",
 ]
 
@@ -309,12 +310,14 @@ def _truth_path(source: str, relative_to: Path | None = None) -> Path:
     return path
 
 
-def _merged(base: dict[str, object], over: dict[str, object]) -> dict[str, object]:
+def merge_mappings(base: dict[str, object], over: dict[str, object]) -> dict[str, object]:
+    """``over`` on ``base``, as a file that names a ``base`` (truth or suite) reads: nested
+    mappings merge key by key, anything else (lists too) replaces."""
     merged = dict(base)
     for key, value in over.items():
         below = merged.get(key)
         if isinstance(value, dict) and isinstance(below, dict):
-            merged[key] = _merged(below, value)
+            merged[key] = merge_mappings(below, value)
         else:
             merged[key] = value
     return merged
@@ -337,7 +340,7 @@ def _truth_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
         below = _truth_path(str(base), path.parent)
     except EngineConfigError as exc:
         raise EngineConfigError(f"truth {path}: base: {exc}") from None
-    return _merged(_truth_data(below, (*seen, path)), data)
+    return merge_mappings(_truth_data(below, (*seen, path)), data)
 
 
 @cache
