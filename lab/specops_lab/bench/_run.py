@@ -76,6 +76,7 @@ __all__ = [
     "engine_errors",
     "initial_config",
     "load_inputs",
+    "phased_workload",
     "run_policy",
     "service_model",
 ]
@@ -327,7 +328,7 @@ def _segment(
     )
 
 
-def _phased(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
+def phased_workload(workload: WorkloadSpec, trace: LoadTrace) -> WorkloadSpec:
     """The workload with a mix phase at each segment that sets one."""
     if all(segment.mix is None for segment in trace.segments):
         return workload
@@ -381,7 +382,7 @@ def _run_trace(
         config = initial_config(service)
         state = ControllerState.initial(config)
     engine = SimulatedEngine(
-        Workload(_phased(workload, trace), seed=service.seed),
+        Workload(phased_workload(workload, trace), seed=service.seed),
         EngineConfig(max_num_seqs=service.max_num_seqs, speculative=_vllm(service, config)),
         truth=truth,
         seed=service.seed,

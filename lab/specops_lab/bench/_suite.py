@@ -15,10 +15,10 @@ from specops_lab.bench._run import (
     GoodputRulePolicy,
     Policy,
     RunResult,
-    _phased,
     engine_errors,
     initial_config,
     load_inputs,
+    phased_workload,
     run_policy,
 )
 from specops_lab.bench._spec import BenchError, BenchSuite, LoadTrace
@@ -186,7 +186,7 @@ def _check_inputs(suite: BenchSuite, traces: Sequence[LoadTrace]) -> None:
         on_truth = service.model_copy(update={"truth": truth})
         for trace in traces:
             _, _, workload = load_inputs(trace, on_truth)
-            _phased(workload, trace)
+            phased_workload(workload, trace)
 
 
 def run_suite(
