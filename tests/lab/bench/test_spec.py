@@ -45,38 +45,46 @@ def test_scaling_shortens_every_duration() -> None:
     assert half.warmup_s == 10
 
 
+_ONE_SEGMENT = "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 100, concurrency: 4}\n"
+
+
+def _suite(
+    tmp_path: Path, trace: str, head: str = "", traces: str = "  - {trace: t.yaml}\n"
+) -> Path:
+    """A suite file beside one trace file ``t.yaml``: ``head`` are the suite's keys
+    between its service and its traces."""
+    (tmp_path / "t.yaml").write_text(trace)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: s\nservice: {{prior_acceptance: [0.6]}}\n{head}traces:\n{traces}")
+    return suite
+
+
 def test_levels_must_name_sweep_segments(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text(
+    suite = _suite(
+        tmp_path,
         "name: t\nworkload: sharegpt\nsweep: true\n"
-        "segments:\n  - {duration_s: 10, concurrency: 4}\n"
-    )
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\ntraces:\n  - {trace: t.yaml, levels: [8]}\n"
+        "segments:\n  - {duration_s: 10, concurrency: 4}\n",
+        traces="  - {trace: t.yaml, levels: [8]}\n",
     )
     with pytest.raises(BenchError, match=r"levels \[8\]"):
-        load_suite(tmp_path / "suite.yaml")
+        load_suite(suite)
 
 
 def test_invalid_trace_names_the_file(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text("name: t\nworkload: sharegpt\nsegments: []\n")
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\ntraces:\n  - {trace: t.yaml}\n"
-    )
+    suite = _suite(tmp_path, "name: t\nworkload: sharegpt\nsegments: []\n")
     with pytest.raises(BenchError, match="invalid trace"):
-        load_suite(tmp_path / "suite.yaml")
+        load_suite(suite)
 
 
 def test_a_sweep_warmup_must_leave_each_segment_something_to_measure(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text(
+    suite = _suite(
+        tmp_path,
         "name: warm\nworkload: sharegpt\nsweep: true\nwarmup_s: 250\n"
         "segments:\n  - {duration_s: 300, concurrency: 4}\n"
-        "  - {duration_s: 200, concurrency: 16}\n"
-    )
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\ntraces:\n  - {trace: t.yaml}\n"
+        "  - {duration_s: 200, concurrency: 16}\n",
     )
     with pytest.raises(BenchError, match=r"trace warm .*warmup_s 250 s .*segment 1:c16 \(200 s"):
-        load_suite(tmp_path / "suite.yaml")
+        load_suite(suite)
 
 
 def test_a_cycle_of_base_suites_is_refused_naming_the_files(tmp_path: Path) -> None:
@@ -100,15 +108,11 @@ def test_a_trace_name_is_a_file_name() -> None:
 
 
 def test_two_traces_of_one_suite_may_not_share_a_name(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text(
-        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 10, concurrency: 4}\n"
-    )
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\n"
-        "traces:\n  - {trace: t.yaml}\n  - {trace: t.yaml, time_scale: 0.5}\n"
+    suite = _suite(
+        tmp_path, _ONE_SEGMENT, traces="  - {trace: t.yaml}\n  - {trace: t.yaml, time_scale: 0.5}\n"
     )
     with pytest.raises(BenchError, match="traces share the name t "):
-        load_suite(tmp_path / "suite.yaml")
+        load_suite(suite)
 
 
 def test_one_label_may_not_name_two_mixes() -> None:
@@ -128,14 +132,7 @@ def test_one_label_may_not_name_two_mixes() -> None:
 
 
 def test_an_unquoted_off_policy_is_off(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text(
-        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 100, concurrency: 4}\n"
-    )
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\npolicies: [off, k1]\n"
-        "traces:\n  - {trace: t.yaml}\n"
-    )
-    suite, _ = load_suite(tmp_path / "suite.yaml")
+    suite, _ = load_suite(_suite(tmp_path, _ONE_SEGMENT, "policies: [off, k1]\n"))
     assert suite.policies == ("off", "k1")
 
 
@@ -146,15 +143,14 @@ def test_a_window_must_hold_the_load_samples_a_decision_needs() -> None:
 
 
 def test_a_window_as_long_as_a_run_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "t.yaml").write_text(
-        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 100, concurrency: 4}\n"
-    )
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\ncontroller: {window_s: 60}\n"
-        "traces:\n  - {trace: t.yaml, time_scale: 0.5}\n"
+    suite = _suite(
+        tmp_path,
+        _ONE_SEGMENT,
+        "controller: {window_s: 60}\n",
+        traces="  - {trace: t.yaml, time_scale: 0.5}\n",
     )
     with pytest.raises(BenchError, match=r"window_s 60 s is not shorter than trace t \(50 s"):
-        load_suite(tmp_path / "suite.yaml")
+        load_suite(suite)
 
 
 def test_a_suite_over_a_base_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
@@ -197,14 +193,8 @@ def test_truth_files_resolve_against_the_suite_file(tmp_path: Path) -> None:
 def test_a_window_longer_than_a_run_matters_only_where_the_controller_runs(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "t.yaml").write_text(
-        "name: t\nworkload: sharegpt\nsegments:\n  - {duration_s: 30, concurrency: 4}\n"
-    )
-    (tmp_path / "suite.yaml").write_text(
-        "name: s\nservice: {prior_acceptance: [0.6]}\npolicies: [k1]\n"
-        "traces:\n  - {trace: t.yaml}\n"
-    )
-    suite, _ = load_suite(tmp_path / "suite.yaml")
+    short = _ONE_SEGMENT.replace("duration_s: 100", "duration_s: 30")
+    suite, _ = load_suite(_suite(tmp_path, short, "policies: [k1]\n"))
     assert suite.controller.window_s == 60
 
 
