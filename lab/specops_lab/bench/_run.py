@@ -185,7 +185,7 @@ def objective(service: ServiceSpec) -> Objective:
 
 def initial_config(service: ServiceSpec) -> SpecConfig:
     """Day zero as the operator renders a spec without an initial schedule: k = initial."""
-    return SpecConfig.static(min(service.initial_k, service.k_max))
+    return SpecConfig.static(service.initial_k)
 
 
 def controller_settings(service: ServiceSpec, spec: ControllerSpec) -> ControlSettings:

@@ -155,6 +155,17 @@ class ServiceSpec(_Spec):
         AcceptanceCurve(rates)  # each rate in [0, 1], none above the one before
         return rates
 
+    @model_validator(mode="after")
+    def _starts_within_its_range(self) -> ServiceSpec:
+        """As the API server refuses a SpeculativeService whose initial k lies outside its
+        range, rather than running another k than the one asked for."""
+        if self.initial_k > self.k_max:
+            raise ValueError(
+                f"service.initial_k {self.initial_k} is above service.k_max {self.k_max}: "
+                f"the service would start on a k it may not run; lower initial_k or raise k_max"
+            )
+        return self
+
 
 # The load samples a window must hold before the controller decides on it.
 _MIN_LOAD_SAMPLES = ControlSettings().min_load_samples

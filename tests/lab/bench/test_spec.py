@@ -7,6 +7,7 @@ from specops_lab.bench import (
     ControllerSpec,
     LoadTrace,
     Segment,
+    ServiceSpec,
     load_suite,
 )
 
@@ -208,3 +209,11 @@ def test_a_suite_must_run_some_policy() -> None:
                 "traces": [{"trace": "t.yaml"}],
             }
         )
+
+
+def test_a_service_may_not_start_above_its_largest_k() -> None:
+    # As the API server refuses numSpeculativeTokens.initial outside [min, max]: before,
+    # the run silently started on k_max instead of the k asked for.
+    with pytest.raises(ValueError, match=r"service\.initial_k 9 is above service\.k_max 2"):
+        ServiceSpec(prior_acceptance=(0.7, 0.5), k_max=2, initial_k=9)
+    assert ServiceSpec(prior_acceptance=(0.7,), k_max=2, initial_k=2).initial_k == 2
