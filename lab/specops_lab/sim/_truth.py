@@ -340,6 +340,14 @@ def _truth_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
         below = _truth_path(str(base), path.parent)
     except EngineConfigError as exc:
         raise EngineConfigError(f"truth {path}: base: {exc}") from None
+    if "name" not in data:
+        raise EngineConfigError(
+            f"truth {path}: set name: a truth over base {base} that keeps its name would be "
+            f"reported as that truth"
+        )
+    if "description" not in data:
+        changed = ", ".join(sorted(data.keys() - {"name"})) or "nothing"
+        data["description"] = f"{base} with its {changed} changed"
     return merge_mappings(_truth_data(below, (*seen, path)), data)
 
 

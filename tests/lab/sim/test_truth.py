@@ -91,7 +91,26 @@ def test_a_derived_truth_overrides_only_what_it_sets(tmp_path: Path) -> None:
     assert h200.step_time(step(64, 3)) < TRUTH.step_time(step(64, 3))
     mine = tmp_path / "mine.yaml"
     mine.write_text("base: llama3.1-8b-h100-eagle3\nname: mine\njitter_sigma: 0.1\n")
-    assert replace(load_truth(str(mine)), name=TRUTH.name, jitter_sigma=TRUTH.jitter_sigma) == TRUTH
+    derived = load_truth(str(mine))
+    assert derived.description == "llama3.1-8b-h100-eagle3 with its jitter_sigma changed"
+    assert (
+        replace(
+            derived, name=TRUTH.name, description=TRUTH.description, jitter_sigma=TRUTH.jitter_sigma
+        )
+        == TRUTH
+    )
+
+
+def test_a_derived_truth_names_itself(tmp_path: Path) -> None:
+    # Its base's name would report its results as the base's, and its base's description
+    # would describe an engine it is not.
+    nameless = tmp_path / "nameless.yaml"
+    nameless.write_text("base: llama3.1-8b-h100-eagle3\njitter_sigma: 0.1\n")
+    with pytest.raises(EngineConfigError, match=r"nameless\.yaml: set name"):
+        load_truth(str(nameless))
+    described = tmp_path / "described.yaml"
+    described.write_text("base: llama3.1-8b-h100-eagle3\nname: d\ndescription: mine\n")
+    assert load_truth(str(described)).description == "mine"
 
 
 def test_the_additive_truth_is_the_profiles_cost_model() -> None:
