@@ -52,6 +52,11 @@ def test_a_bad_field_is_refused_naming_it(tmp_path: Path) -> None:
     unknown.write_text("base: llama3.1-8b-h100-eagle3\nname: u\ndraft:\n  per_tokn_s: 1.0\n")
     with pytest.raises(EngineConfigError, match=r"draft\.per_tokn_s"):
         load_truth(str(unknown))
+    # A derived truth under its base's name would report its results as the base's.
+    nameless = tmp_path / "nameless.yaml"
+    nameless.write_text("base: llama3.1-8b-h100-eagle3\njitter_sigma: 0.1\n")
+    with pytest.raises(EngineConfigError, match=r"nameless\.yaml: set name"):
+        load_truth(str(nameless))
     missing = tmp_path / "missing.yaml"
     missing.write_text("name: m\n")
     with pytest.raises(EngineConfigError, match="target"):
@@ -101,13 +106,7 @@ def test_a_derived_truth_overrides_only_what_it_sets(tmp_path: Path) -> None:
     )
 
 
-def test_a_derived_truth_names_itself(tmp_path: Path) -> None:
-    # Its base's name would report its results as the base's, and its base's description
-    # would describe an engine it is not.
-    nameless = tmp_path / "nameless.yaml"
-    nameless.write_text("base: llama3.1-8b-h100-eagle3\njitter_sigma: 0.1\n")
-    with pytest.raises(EngineConfigError, match=r"nameless\.yaml: set name"):
-        load_truth(str(nameless))
+def test_a_derived_truth_keeps_the_description_it_sets(tmp_path: Path) -> None:
     described = tmp_path / "described.yaml"
     described.write_text("base: llama3.1-8b-h100-eagle3\nname: d\ndescription: mine\n")
     assert load_truth(str(described)).description == "mine"
