@@ -110,6 +110,12 @@ def test_a_derived_truth_keeps_the_description_it_sets(tmp_path: Path) -> None:
     described = tmp_path / "described.yaml"
     described.write_text("base: llama3.1-8b-h100-eagle3\nname: d\ndescription: mine\n")
     assert load_truth(str(described)).description == "mine"
+    # A base between two files need not name itself: the file loaded does.
+    (tmp_path / "middle.yaml").write_text("base: llama3.1-8b-h100-eagle3\njitter_sigma: 0.1\n")
+    top = tmp_path / "top.yaml"
+    top.write_text("base: middle.yaml\nname: top\noverhead_s: 2.0e-3\n")
+    assert load_truth(str(top)).name == "top"
+    assert load_truth(str(top)).description == "middle.yaml with its overhead_s changed"
 
 
 def test_the_additive_truth_is_the_profiles_cost_model() -> None:
