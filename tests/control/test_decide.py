@@ -77,7 +77,9 @@ def test_reconfigures_when_the_gain_over_the_regime_beats_the_restart() -> None:
     assert decision.action is Action.RECONFIGURE
     assert decision.config == SpecConfig.static(1)
     assert decision.applied
-    assert decision.predicted_gain == pytest.approx(GAIN_K3_TO_K1)
+    # by hand, but for the near-certain prior's expected unpriced drafting cost: a
+    # thousandth of a step's time
+    assert decision.predicted_gain == pytest.approx(GAIN_K3_TO_K1, rel=5e-3)
     # the restart rule takes the gain likely under the posterior, a little below the mean
     # with a near-certain step-time prior; a new regime is expected to last 600 s
     assert decision.likely_gain is not None
@@ -298,7 +300,7 @@ def _off_after(service: ServiceModel, *loads: int) -> ControllerState:
 
 @pytest.mark.parametrize(
     ("service", "code", "cheap_restart_s"),
-    [(ONE_K, ReasonCode.GAIN_PAYS_RESTART, 1.0), (_VAGUE, ReasonCode.PROBE, 5.0)],
+    [(ONE_K, ReasonCode.GAIN_PAYS_RESTART, 1.0), (_VAGUE, ReasonCode.PROBE, 0.1)],
     ids=["a-change", "a-probe"],
 )
 def test_an_alternating_load_is_served_by_one_config_when_restarts_eat_the_switching(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from specops.policy import (
+    TERMS,
     AcceptanceCurve,
     CostEvidence,
     CostPosterior,
@@ -71,14 +73,19 @@ class _Truth:
         return _truth(shape.batch, shape.k)
 
 
-def test_with_no_data_the_posterior_is_the_profile() -> None:
+def test_with_no_data_the_posterior_is_the_profile_and_the_drafts_unpriced_cost() -> None:
     prior = cost_prior(PROFILE)
     model = CostPosterior.of(prior, CostEvidence()).model()
+    drafted = TERMS.index("per_drafted")
+    # the half-normal's mean of what the profile leaves unpriced, per drafted token
+    unpriced = prior.stddev[drafted] * math.sqrt(2.0 / math.pi) * 1e-3
+    assert prior.mean[drafted] * 1e-3 == pytest.approx(PROFILE.draft.c_tok + unpriced)
     for batch, k in [(1, 0), (8, 3), (64, 5), (256, 1)]:
         shape = StepShape(batch, k, batch * CONTEXT)
         # equal below the knee; past it the roofline lets KV reads hide under compute,
         # while the terms add them (as separate kernels do)
-        assert model.step_time(shape) == pytest.approx(PROFILE.step_time(shape), rel=0.35)
+        expected = PROFILE.step_time(shape) + batch * k * unpriced
+        assert model.step_time(shape) == pytest.approx(expected, rel=0.35)
 
 
 def test_points_at_two_ks_teach_the_crossover_the_prior_misses() -> None:
