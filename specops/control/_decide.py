@@ -16,6 +16,7 @@ config, and reports the decision.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import pairwise
@@ -356,7 +357,8 @@ class _Evaluation:
 
     ``likely`` is the gain it beats with the asked confidence under the step-time posterior,
     ``mean_gain`` the gain at the posterior mean; a probe (a k never measured at this load)
-    is judged at the mean. ``horizon`` is how much longer the regime is expected to last.
+    is judged at the mean. ``horizon`` is how much longer the regime is expected to last;
+    ``lasting`` how long what a probe measures is counted for (see :func:`_lasting`).
     """
 
     choice: PolicyChoice
@@ -366,6 +368,7 @@ class _Evaluation:
     mean_gain: float
     horizon: float
     probe: bool
+    lasting: float
     upside: float | None = None
 
     @property
@@ -376,9 +379,15 @@ class _Evaluation:
         return self.mean_gain if self.probe else self.likely
 
     @property
+    def counted_s(self) -> float:
+        """The seconds the gain is counted over: the expected regime, or for a probe the
+        longer time what it measures serves."""
+        return self.lasting if self.probe else self.horizon
+
+    @property
     def gain_s(self) -> float:
-        """That gain over the expected regime, in seconds of full service."""
-        return self.gain * self.horizon
+        """That gain over the seconds it is counted for, in seconds of full service."""
+        return self.gain * self.counted_s
 
 
 @dataclass(frozen=True)
@@ -568,6 +577,50 @@ def expected_remaining(lengths: tuple[float, ...], age: float, settings: Control
     return min(max(expected, settings.regime_min_s), settings.regime_max_s)
 
 
+def _lasting(
+    choice: PolicyChoice,
+    state: ControllerState,
+    regime: Regime,
+    likely: float,
+    horizon: float,
+    settings: ControlSettings,
+) -> float:
+    """How long what a probe of ``choice`` measures is counted for.
+
+    A change for a gain pays only while its regime lasts; the next regime decides afresh.
+    A probe's config does too, but what it measures stays in the posterior, and every
+    later decision at this load prices that k from data rather than from the prior's split
+    of the step. Counted over one regime, a probe that could turn a losing k into its best
+    neighbour never pays its restart on a fresh service: at 128 in flight on the
+    benchmark's H200 truth, speculation stayed at k = 3 for a whole run, with 0.78 of the
+    goodput of off. So where the probe tests the prior where it is known to lean, it is
+    counted over ``regime_max_s`` (the regime's ``horizon`` when that is longer):
+
+    - the choice drafts less at the load's busiest batch size than the config in force:
+      the profile prices a drafted token at its head's compute alone, so the posterior
+      leans towards drafting more, and a probe towards drafting less is the one that can
+      find what that hides;
+    - the draws doubt even the sign of the gain (``likely`` below 0): where they are sure
+      of it, the measurement teaches later decisions little, and the change is an
+      ordinary one;
+    - the load will be priced again: its regime is not doubted, not drifting, and not one
+      step of a ramp.
+
+    Elsewhere a probe pays by its regime alone, as any change. Counted past their regime,
+    probes to a longer k cost the benchmark's steady runs at 4 to 16 in flight a restart
+    each for a k no better than the one they left, and speculation off probed on the 70B
+    ramp's climb was still in force as the load fell back (0.74 of the oracle against 0.85).
+    """
+    busiest = regime.load.busiest
+    drafts_less = choice.config.k_for_batch(busiest) < state.config.k_for_batch(busiest)
+    settled = (
+        regime.doubts == 0 and regime.drift == 0 and not _ramping(state.past_regimes, regime.load)
+    )
+    if likely >= 0.0 or not drafts_less or not settled:
+        return horizon
+    return max(horizon, settings.regime_max_s)
+
+
 def _may_probe(state: ControllerState, regime: Regime) -> bool:
     """Whether a probe may run now: never as the second change of one load regime.
 
@@ -585,6 +638,7 @@ def _worth_probing(
     mean_gain: float,
     likely: float,
     horizon: float,
+    lasting: float,
     settings: ControlSettings,
 ) -> bool:
     """Whether to try the choice to measure it: a probe, charged as any restart.
@@ -592,11 +646,12 @@ def _worth_probing(
     Points at one k cannot tell how step time grows with k, so the posterior can leave a
     change likely on average yet unlikely at the confidence asked. When the k the
     choice would run at this load's busiest batch size was never measured, and the
-    mean gain pays the restart, the change itself is the experiment: its windows teach
-    the posterior that k, and if it proves worse the next decision takes it back.
+    mean gain pays the restart over the time what it measures lasts (``lasting``),
+    the change itself is the experiment: its windows teach the posterior that k, and if
+    it proves worse the next decision takes it back.
     """
     restart = settings.margin * _restart_cost(state, settings)
-    pays_at_mean = mean_gain >= settings.min_gain and mean_gain * horizon > restart
+    pays_at_mean = mean_gain >= settings.min_gain and mean_gain * lasting > restart
     pays_likely = likely >= settings.min_gain and likely * horizon > restart
     if pays_likely or not pays_at_mean:
         return False
@@ -715,11 +770,14 @@ def _evaluate(
     )
     mean_gain = choice.gain_over_current
     horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
+    lasting = _lasting(choice, state, regime, likely, horizon, settings)
     may_probe = _may_probe(state, regime)
     probe = may_probe and _worth_probing(
-        choice, regime.load, state, mean_gain, likely, horizon, settings
+        choice, regime.load, state, mean_gain, likely, horizon, lasting, settings
     )
-    evaluation = _Evaluation(choice, likely, bands, prior_crossovers, mean_gain, horizon, probe)
+    evaluation = _Evaluation(
+        choice, likely, bands, prior_crossovers, mean_gain, horizon, probe, lasting
+    )
     if may_probe:
         evaluation = _probe_off(state, evaluation, regime.load, models, settings)
     return _over_the_mixture(
@@ -781,7 +839,7 @@ def _over_the_mixture(
     choice = evaluation.choice
     lengths = state.regime_lengths[-len(state.past_regimes) :] if state.past_regimes else ()
     past = list(zip(state.past_regimes, lengths, strict=True))
-    if len(past) < 2 or choice.config == state.config or _ramping(past, regime.load):
+    if len(past) < 2 or choice.config == state.config or _ramping(state.past_regimes, regime.load):
         return evaluation
     # Each regime priced at the context its requests held; this one, and one that did not
     # measure it, at the window's.
@@ -855,11 +913,14 @@ def _over_the_mixture(
     )
 
 
-def _ramping(past: list[tuple[PastRegime, float]], load: BatchDistribution) -> bool:
+def _ramping(past: Sequence[PastRegime], load: BatchDistribution) -> bool:
     """Whether the last two regimes and this one moved the load one way: each one's mean
     batch above the one before, or each below. Alternating loads (bursts, a load that
-    comes back) break the run; a ramp's regimes do not."""
-    means = [*(before.load.mean for before, _ in past[-2:]), load.mean]
+    comes back) break the run; a ramp's regimes do not; fewer than two past regimes make
+    no ramp."""
+    if len(past) < 2:
+        return False
+    means = [*(before.load.mean for before in past[-2:]), load.mean]
     steps = [after - before for before, after in pairwise(means)]
     return all(step > 0 for step in steps) or all(step < 0 for step in steps)
 
@@ -903,13 +964,18 @@ def _probe_off(
     along the very split in doubt), off beats the policy's choice with the chance the
     asked confidence leaves (the choice wins only on the unmeasured split), and the
     experiment is worth it under the posterior draws (``models``): what off may gain over
-    the choice through the expected regime (the draws' mean where it wins) beats the
-    restart (with the margin) and what it may lose until it can be taken back (the mean
-    where it loses, over the minimum dwell). Where the choice restarts the pods anyway,
-    the restart off adds is the one that takes it back, paid in the draws where it loses.
-    Its windows measure the target alone, and a worse result is taken back. Where the
-    policy's choice is off itself but the draws leave it unlikely, the same test decides,
-    with off set against the config in force: the draws' doubt lies along that split.
+    the choice (the draws' mean where it wins), over as long as a probe of the choice would
+    be counted (the evaluation's ``lasting``, :func:`_lasting`), beats the restart (with
+    the margin) and what it may lose until it can be taken back (the mean where it loses,
+    over the minimum dwell). Off drafts less than any choice, but past the regime it is
+    counted only where the choice would be: in place of a choice the draws are sure of,
+    an experiment counted so trades a trusted change for a doubted one (on the day trace's
+    H100 truth it displaced k = 1 at midday: 8 275 tok/s there against 9 042). Where the
+    choice restarts the pods anyway, the restart off adds is the one that takes it back,
+    paid in the draws where it loses. Its windows measure the target alone, and a worse
+    result is taken back. Where the policy's choice is off itself but the draws leave it
+    unlikely, the same test decides, with off set against the config in force: the draws'
+    doubt lies along that split.
     """
     choice = evaluation.choice
     if state.config.is_off or 0 in state.cost_evidence.ks:
@@ -933,7 +999,7 @@ def _probe_off(
     if choice.config.is_off:
         over_choice = over_current  # off is the choice: weigh it against what runs
     upside = _quantile(over_choice, settings.gain_confidence)
-    may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.horizon
+    may_gain = sum(max(g, 0.0) for g in over_choice) / len(models) * evaluation.lasting
     may_lose = sum(max(-g, 0.0) for g in over_choice) / len(models) * settings.min_dwell_s
     restart = settings.margin * _restart_cost(state, settings)
     if not choice.config.is_off and choice.config != state.config:
@@ -997,8 +1063,13 @@ def _pays_words(
         likely_words = (
             f"{gain:+.1%} ({settings.gain_confidence:.0%} likely; {mean_gain:+.1%} at the mean)"
         )
+    over = (
+        f"over the {evaluation.counted_s:.0f}s what it measures is counted for"
+        if evaluation.probe
+        else f"over an expected {evaluation.horizon:.0f}s of this regime"
+    )
     return (
-        f"{likely_words} over an expected {evaluation.horizon:.0f}s of this regime is "
+        f"{likely_words} {over} is "
         f"{evaluation.gain_s:.0f}s of service against {restart_cost:.0f}s lost to a restart "
         f"(margin {settings.margin:g}x); {_cost_words(state)}"
     )

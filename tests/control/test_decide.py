@@ -91,7 +91,9 @@ def test_reconfigures_when_the_gain_over_the_regime_beats_the_restart() -> None:
 
 
 def test_keeps_the_config_when_the_restart_costs_more_than_the_gain() -> None:
-    costly = replace(SETTINGS, restart_cost_s=100.0)  # 94 s of gain < 2 x 100 s
+    # 94 s of gain < 2 x 100 s; k=1 was never run, but the near-certain prior is sure of
+    # the gain, so it is no probe counted past this regime
+    costly = replace(SETTINGS, restart_cost_s=100.0)
     decision = decide(ControllerState.initial(SpecConfig.static(3)), _steady(0), ONE_K, costly, 0)
     assert decision.action is Action.KEEP
     assert decision.config == SpecConfig.static(3)

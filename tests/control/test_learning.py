@@ -11,6 +11,7 @@ from specops.control import (
     ControlInput,
     ControllerState,
     ControlSettings,
+    PastRegime,
     ReasonCode,
     Regime,
     ServiceModel,
@@ -62,6 +63,58 @@ def test_an_unmeasured_k_the_mean_favours_is_probed() -> None:
     assert decision.likely_gain is not None and decision.predicted_gain is not None
     assert decision.likely_gain < SETTINGS.min_gain <= decision.predicted_gain
     assert "a probe" in decision.reason
+
+
+def _settled_at_k3(
+    observation: ControlInput, step_s: float, past: tuple[int, ...] = ()
+) -> ControllerState:
+    """k = 3 measured at ``step_s`` a step at the observation's load, held for 5 windows,
+    after 600 s regimes at the batch sizes ``past``."""
+    assert observation.load is not None
+    batch = observation.load.busiest
+    state = _at_k3(*(replace(_high_load(3, step_s, batch), end=float(i)) for i in range(20)))
+    return replace(
+        state,
+        regime=Regime(observation.load, None, started_at=-300.0, windows=5),
+        regime_lengths=(600.0,) * len(past),
+        past_regimes=tuple(PastRegime(BatchDistribution.constant(b)) for b in past),
+    )
+
+
+@pytest.mark.parametrize(
+    ("regime_max_s", "past", "probed"),
+    [(3600.0, (), True), (600.0, (), False), (3600.0, (32, 64), False)],
+    ids=["settled", "short-regimes", "a-ramp"],
+)
+def test_a_probe_towards_drafting_less_is_counted_for_the_longest_regime(
+    regime_max_s: float, past: tuple[int, ...], probed: bool
+) -> None:
+    # At batch 128, k = 1 is +11 % at the mean but -8 % at the draws' 20th percentile: they
+    # doubt even the sign. Over the regime's 600 s the mean pays 68 s against 1.5 x 60 s
+    # of restart; what the probe measures serves every later decision at this load, up to
+    # regime_max_s, but not on a ramp (32, 64, then 128), whose load moves on.
+    settings = replace(SETTINGS, restart_cost_s=60.0, regime_max_s=regime_max_s)
+    observation = _observation(128, 3, 0.5)
+    state = _settled_at_k3(observation, 0.012, past)
+    decision = decide(state, observation, SERVICE, settings, 0.0)
+    assert decision.likely_gain is not None and decision.likely_gain < 0.0
+    assert (decision.code is ReasonCode.PROBE) is probed
+    if probed:
+        assert decision.config == SpecConfig.static(1)
+        assert f"over the {regime_max_s:.0f}s what it measures is counted for" in decision.reason
+
+
+def test_a_probe_towards_drafting_more_pays_by_its_regime_alone() -> None:
+    # k = 7 at batch 8: +43 % at the mean, -32 % at the 20th percentile, but the prior
+    # leans that way already; over 600 s the mean pays 260 s, short of 2 x 300 s.
+    settings = replace(SETTINGS, restart_cost_s=300.0)
+    observation = _observation(8, 1)
+    assert observation.load is not None
+    regime = Regime(observation.load, None, started_at=-960.0, windows=16)
+    state = replace(ControllerState.initial(SpecConfig.static(1)), regime=regime)
+    decision = decide(state, observation, SERVICE, settings, 0.0)
+    assert decision.recommended == SpecConfig.static(7)
+    assert decision.code is not ReasonCode.PROBE and decision.config == SpecConfig.static(1)
 
 
 def test_once_that_k_is_measured_the_posterior_decides_without_a_probe() -> None:
