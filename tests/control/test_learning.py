@@ -106,7 +106,8 @@ def test_a_probe_towards_drafting_less_is_counted_for_the_longest_regime(
 
 def test_a_probe_towards_drafting_more_pays_by_its_regime_alone() -> None:
     # k = 7 at batch 8: +43 % at the mean, -32 % at the 20th percentile, but the prior
-    # leans that way already; over 600 s the mean pays 260 s, short of 2 x 300 s.
+    # leans that way already: over the regime's expected 960 s the mean pays 415 s, short
+    # of 1.5 x 300 s, and no probe is counted past it.
     settings = replace(SETTINGS, restart_cost_s=300.0)
     observation = _observation(8, 1)
     assert observation.load is not None
