@@ -594,7 +594,7 @@ def _lasting(
     neighbour never pays its restart on a fresh service: at 128 in flight on the
     benchmark's H200 truth, speculation stayed at k = 3 for a whole run, with 0.78 of the
     goodput of off. So where the probe tests the prior where it is known to lean, it is
-    counted over ``regime_max_s`` (the regime's ``horizon`` when that is longer):
+    counted over ``regime_max_s``, the longest the regime's ``horizon`` can be:
 
     - the choice drafts less at the load's busiest batch size than the config in force:
       the profile prices a drafted token at its head's compute alone, so the posterior
@@ -618,7 +618,7 @@ def _lasting(
     )
     if likely >= 0.0 or not drafts_less or not settled:
         return horizon
-    return max(horizon, settings.regime_max_s)
+    return settings.regime_max_s
 
 
 def _may_probe(state: ControllerState, regime: Regime) -> bool:
