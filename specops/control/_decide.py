@@ -358,7 +358,9 @@ class _Evaluation:
     ``likely`` is the gain it beats with the asked confidence under the step-time posterior,
     ``mean_gain`` the gain at the posterior mean; a probe (a k never measured at this load)
     is judged at the mean. ``horizon`` is how much longer the regime is expected to last;
-    ``lasting`` how long what a probe measures is counted for (see :func:`_lasting`).
+    ``lasting`` how long what a probe measures is counted for (see :func:`_lasting`);
+    ``upside`` what a probe of off may gain, and ``upside_if`` on what condition, in words
+    (empty: with the chance the asked confidence leaves).
     """
 
     choice: PolicyChoice
@@ -370,6 +372,7 @@ class _Evaluation:
     probe: bool
     lasting: float
     upside: float | None = None
+    upside_if: str = ""
 
     @property
     def gain(self) -> float:
@@ -793,7 +796,7 @@ def _evaluate(
         choice, likely, bands, prior_crossovers, mean_gain, horizon, probe, lasting
     )
     if may_probe:
-        evaluation = _probe_off(state, evaluation, regime.load, models, settings)
+        evaluation = _probe_off(state, evaluation, regime.load, models, posterior, settings)
     return _over_the_mixture(
         state, regime, evaluation, acceptance, measured, service, cost, models, settings
     )
@@ -924,6 +927,7 @@ def _over_the_mixture(
         horizon=sum(seconds for _, seconds in spans),
         probe=False,
         upside=None,
+        upside_if="",
     )
 
 
@@ -965,6 +969,7 @@ def _probe_off(
     evaluation: _Evaluation,
     load: BatchDistribution,
     models: tuple[SpeedModel, ...],
+    posterior: CostPosterior,
     settings: ControlSettings,
 ) -> _Evaluation:
     """The evaluation, or a probe of speculation off when off was never measured and may
@@ -998,7 +1003,7 @@ def _probe_off(
         return evaluation  # likely enough as it is: the restart rule judges it
     mean_gain = relative_gain(choice.baseline, choice.current)
     if mean_gain < settings.min_gain:
-        return evaluation
+        return _probe_refuted_split(state, evaluation, load, models[0], posterior, settings)
     over_current: list[float] = []
     over_choice: list[float] = []
     for model in models:
@@ -1042,6 +1047,64 @@ def _probe_off(
     )
 
 
+def _probe_refuted_split(
+    state: ControllerState,
+    evaluation: _Evaluation,
+    load: BatchDistribution,
+    model: SpeedModel,
+    posterior: CostPosterior,
+    settings: ControlSettings,
+) -> _Evaluation:
+    """The evaluation, or a probe of speculation off where the measured steps refute the
+    profile and the split of the step it leaves could hide a draft that costs more than
+    drafting gains.
+
+    The posterior puts a step longer than the prior's mostly on the terms the prior knows
+    least, the target's; a step beyond ``outlier_ratio`` times the prior's is no error of
+    the profile's figures but an engine unlike it, and where every point ran one k, which
+    part is unlike cannot be told. So the split's other end is priced too: all the excess
+    the draft's (:meth:`CostPosterior.draft_excess`). Off is probed where, priced so, what
+    it gains over the config in force, over as long as it is counted (the evaluation's
+    ``lasting``), beats a restart there and one back (with the margin) and what the
+    posterior mean says it loses until it can be taken back (over the minimum dwell). On
+    a truth whose draft costs 50 ms a step and 20 ms a position (the profile's: under
+    1 ms), k = 3 was kept at every load below 192 in flight, at about a tenth of what
+    off served or less.
+    """
+    ratio = posterior.evidence.times_prior(posterior.prior)
+    excess = posterior.draft_excess()
+    if ratio is None or excess is None or ratio <= posterior.prior.outlier_ratio:
+        return evaluation
+    priced = SpeedModel(excess, model.acceptance, model.context_tokens, model.prompts, model.spread)
+    off = predict(SpecConfig.off(), load, priced, settings.objective)
+    upside = relative_gain(off, predict(state.config, load, priced, settings.objective))
+    choice = evaluation.choice
+    loss = max(-relative_gain(choice.baseline, choice.current), 0.0) * settings.min_dwell_s
+    restarts = 2.0 * settings.margin * _restart_cost(state, settings)
+    if upside < settings.min_gain or upside * evaluation.lasting <= restarts + loss:
+        return evaluation
+    probe = replace(
+        choice,
+        config=SpecConfig.off(),
+        predicted=choice.baseline,
+        reason=(
+            f"speculation off, to measure it: the steps took {ratio:.1f}x the profile's, "
+            f"more than its figures can be wrong by, and were the excess the draft's, off "
+            f"would gain {upside:+.0%}; the policy's choice at the posterior mean: "
+            f"{choice.reason}"
+        ),
+    )
+    return replace(
+        evaluation,
+        choice=probe,
+        mean_gain=relative_gain(choice.baseline, choice.current),
+        likely=relative_gain(choice.baseline, choice.current),
+        probe=True,
+        upside=upside,
+        upside_if="were the excess the draft's",
+    )
+
+
 def _keep_words(state: ControllerState, evaluation: _Evaluation, settings: ControlSettings) -> str:
     """Why the config in force stays when the choice is it, or gains too little."""
     choice, gain = evaluation.choice, evaluation.gain
@@ -1061,9 +1124,10 @@ def _pays_words(
     """The gain set against the restart, in words."""
     gain, mean_gain, likely = evaluation.gain, evaluation.mean_gain, evaluation.likely
     if evaluation.upside is not None:
+        condition = evaluation.upside_if or f"with {1 - settings.gain_confidence:.0%} chance"
         likely_words = (
-            f"{mean_gain:+.1%} at the mean, but {evaluation.upside:+.1%} with "
-            f"{1 - settings.gain_confidence:.0%} chance: a probe, since speculation off was "
+            f"{mean_gain:+.1%} at the mean, but {evaluation.upside:+.1%} {condition}: a "
+            f"probe, since speculation off was "
             f"never measured and what drafting costs cannot be told apart from the rest of "
             f"the step without it"
         )

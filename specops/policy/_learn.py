@@ -64,6 +64,8 @@ _DIM = len(TERMS)
 # and verifying each proposed token also costs rejection sampling and the per-request
 # bookkeeping of every position, host work that no datasheet gives.
 _PRICED = frozenset({"fixed", "per_context", "past_knee", "per_position", "speculating"})
+# The terms only a drafting step pays.
+_DRAFT_TERMS = frozenset({"per_position", "per_drafted", "speculating"})
 _TRIES = 64
 # Fewest points of one batch that, lying together far from the prediction, overrule it.
 _OVERRULE = 3
@@ -259,6 +261,11 @@ class CostEvidence:
     until: float = float("-inf")
     ks: tuple[int, ...] = ()
 
+    def times_prior(self, prior: CostPrior) -> float | None:
+        """How many times the prior's step time the measured steps took: the least-squares
+        factor on the prior's predictions, over the points as weighed; None without any."""
+        return _fit_part(self, prior.mean)
+
     def add(self, points: Sequence[StepPoint], prior: CostPrior) -> CostEvidence:
         """The evidence with the points newer than ``until`` counted once.
 
@@ -306,6 +313,25 @@ class CostEvidence:
             until=max(p.end for p, _ in fresh),
             ks=tuple(sorted(ks)),
         )
+
+
+def _fit_part(
+    evidence: CostEvidence, part: Sequence[float], rest: Sequence[float] | None = None
+) -> float | None:
+    """The factor on the prediction of the coefficients ``part`` that fits the points best,
+    with those of ``rest`` (None: none) predicting the remainder as they are."""
+    gram, moment = evidence.gram, evidence.moment
+
+    def product(a: Sequence[float], b: Sequence[float]) -> float:
+        return sum(a[i] * gram[i * _DIM + j] * b[j] for i in range(_DIM) for j in range(_DIM))
+
+    scale = product(part, part)
+    if evidence.points == 0 or scale <= 0:
+        return None
+    explained = sum(c * m for c, m in zip(part, moment, strict=True))
+    if rest is not None:
+        explained -= product(rest, part)
+    return explained / scale
 
 
 def _k_ran(point: StepPoint) -> int | None:
@@ -504,6 +530,23 @@ class CostPosterior:
             0.0 if i in self._pinned else m + v
             for i, (m, v) in enumerate(zip(self.mean, d, strict=True))
         ]
+
+    def draft_excess(self) -> LearnedCost | None:
+        """The prior with all the measured steps took beyond it put on the draft's own
+        terms (its passes, its drafted tokens, its fixed cost), the target's kept at the
+        prior's; None where that leaves the draft no dearer than the prior has it.
+
+        Where every point ran one k, nothing the points show tells the two apart; this is
+        the split's other end from the posterior's, which puts most of the excess on the
+        terms the prior knows least.
+        """
+        mean = self.prior.mean
+        draft = [m if TERMS[i] in _DRAFT_TERMS else 0.0 for i, m in enumerate(mean)]
+        target = [0.0 if TERMS[i] in _DRAFT_TERMS else m for i, m in enumerate(mean)]
+        factor = _fit_part(self.evidence, draft, target)
+        if factor is None or factor <= 1.0:
+            return None
+        return self._model([t + factor * d for t, d in zip(target, draft, strict=True)])
 
     def draws(self, count: int, seed: int = 0) -> tuple[LearnedCost, ...]:
         """``count`` coefficient sets from the posterior (seeded, so decisions repeat).

@@ -21,10 +21,12 @@ from specops.control import (
 from specops.policy import (
     BatchDistribution,
     CostEvidence,
+    CostPosterior,
     Objective,
     ObjectiveKind,
     SpecConfig,
     StepPoint,
+    StepShape,
     cost_prior,
 )
 from tests.policy.fit import H100_FIT
@@ -223,6 +225,26 @@ def test_off_chosen_at_the_mean_but_unlikely_under_the_draws_is_probed() -> None
     assert decision.config.is_off
     assert decision.likely_gain is not None and decision.likely_gain < settings.min_gain
     assert "speculation off was never measured" in decision.reason
+
+
+@pytest.mark.parametrize(("times", "probed"), [(12.0, True), (2.5, False)])
+def test_steps_the_profile_cannot_explain_probe_off_for_a_draft_dearer_than_its_gain(
+    times: float, probed: bool
+) -> None:
+    # At batch 2 with 90 % acceptance, k = 3's steps took ``times`` the prior's. At 12x no
+    # error of the profile's figures explains them: the engine is unlike it, in the target
+    # or in the draft, and which cannot be told at one k. The posterior puts it mostly on
+    # the target (off -14 % at its mean); were it the draft's, off would gain +357 %, and
+    # off is tried. At 2.5x the profile's split stands.
+    prior = CostPosterior.of(SERVICE.cost, CostEvidence()).model()
+    step_s = times * prior.step_time(StepShape(2, 3, 2 * 700))
+    points = [replace(_high_load(3, step_s, 2), end=float(i)) for i in range(20)]
+    decision = decide(_at_k3(*points), _observation(2, 3, 0.9), SERVICE, SETTINGS, 0.0)
+    assert decision.config.is_off is probed
+    assert ("were the excess the draft's" in decision.reason) is probed
+    if probed:
+        assert decision.code is ReasonCode.PROBE
+        assert decision.predicted_gain is not None and decision.predicted_gain < 0.0
 
 
 @pytest.mark.parametrize(

@@ -162,6 +162,46 @@ def test_an_engine_far_slower_than_the_profile_is_learned_not_ignored() -> None:
         assert learned.step_time(shape) == pytest.approx(point.step_seconds, rel=0.25)
 
 
+def _prior_points(k: int, batches: list[int], times: float) -> list[StepPoint]:
+    """Points whose steps took ``times`` what the prior predicts for them."""
+    prior = CostPosterior.of(cost_prior(PROFILE), CostEvidence()).model()
+    return [
+        replace(
+            p,
+            step_seconds=times
+            * prior.step_time(StepShape(round(p.decoding), k, round(p.context_tokens))),
+        )
+        for p in _points(k, batches)
+    ]
+
+
+def test_how_many_times_the_prior_the_steps_took() -> None:
+    prior = cost_prior(PROFILE)
+    assert CostEvidence().times_prior(prior) is None
+    for times in (0.7, 1.0, 12.0):
+        evidence = CostEvidence().add(_prior_points(3, [2, 8, 32], times), prior)
+        assert evidence.times_prior(prior) == pytest.approx(times, rel=1e-6)
+
+
+def test_the_splits_other_end_puts_all_the_excess_on_the_draft() -> None:
+    """Steps at k = 3 twelve times the prior's: the posterior puts the excess mostly on
+    what off pays too; its other end leaves the target at the prior's and the draft
+    pays the rest, so the measured steps are met either way and off differs fivefold."""
+    prior = cost_prior(PROFILE)
+    evidence = CostEvidence().add(_prior_points(3, [2, 2, 2, 2], 12.0), prior)
+    posterior = CostPosterior.of(prior, evidence)
+    excess = posterior.draft_excess()
+    assert excess is not None
+    measured, off = StepShape(2, 3, 2 * CONTEXT), StepShape(2, 0, 2 * CONTEXT)
+    unmeasured = CostPosterior.of(prior, CostEvidence()).model()
+    assert excess.step_time(measured) == pytest.approx(12.0 * unmeasured.step_time(measured))
+    assert excess.step_time(off) == pytest.approx(unmeasured.step_time(off))
+    assert posterior.model().step_time(off) > 5.0 * excess.step_time(off)
+    # steps no longer than the prior's leave the draft nothing to take
+    cheap = CostEvidence().add(_prior_points(3, [2, 8], 0.8), prior)
+    assert CostPosterior.of(prior, cheap).draft_excess() is None
+
+
 def _table_points(rows: list[tuple[int, int]], start: float) -> list[StepPoint]:
     return [p for i, (b, k) in enumerate(rows) for p in _points(k, [b], start + i, table=True)]
 
