@@ -1027,23 +1027,36 @@ def _probe_off(
         restart *= sum(1 for g in over_choice if g < 0.0) / len(models)
     if upside < settings.min_gain or may_gain <= restart + may_lose:
         return evaluation
-    probe = replace(
-        choice,
-        config=SpecConfig.off(),
-        predicted=choice.baseline,
-        reason=(
-            choice.reason  # off already; the words on the gain say it is a probe
-            if choice.config.is_off
-            else f"speculation off, to measure it; the policy's choice at the mean: {choice.reason}"
-        ),
+    return _off_probed(
+        evaluation,
+        choice.reason  # off already; the words on the gain say it is a probe
+        if choice.config.is_off
+        else f"speculation off, to measure it; the policy's choice at the mean: {choice.reason}",
+        mean_gain,
+        _quantile(over_current, 1.0 - settings.gain_confidence),
+        _quantile(over_current, settings.gain_confidence),
     )
+
+
+def _off_probed(
+    evaluation: _Evaluation,
+    reason: str,
+    mean_gain: float,
+    likely: float,
+    upside: float,
+    upside_if: str = "",
+) -> _Evaluation:
+    """The evaluation with speculation off as its choice, a probe, for ``reason``."""
+    choice = evaluation.choice
+    probe = replace(choice, config=SpecConfig.off(), predicted=choice.baseline, reason=reason)
     return replace(
         evaluation,
         choice=probe,
         mean_gain=mean_gain,
-        likely=_quantile(over_current, 1.0 - settings.gain_confidence),
+        likely=likely,
         probe=True,
-        upside=_quantile(over_current, settings.gain_confidence),
+        upside=upside,
+        upside_if=upside_if,
     )
 
 
@@ -1083,25 +1096,16 @@ def _probe_refuted_split(
     restarts = 2.0 * settings.margin * _restart_cost(state, settings)
     if upside < settings.min_gain or upside * evaluation.lasting <= restarts + loss:
         return evaluation
-    probe = replace(
-        choice,
-        config=SpecConfig.off(),
-        predicted=choice.baseline,
-        reason=(
-            f"speculation off, to measure it: the steps took {ratio:.1f}x the profile's, "
-            f"more than its figures can be wrong by, and were the excess the draft's, off "
-            f"would gain {upside:+.0%}; the policy's choice at the posterior mean: "
-            f"{choice.reason}"
-        ),
-    )
-    return replace(
+    at_mean = relative_gain(choice.baseline, choice.current)
+    return _off_probed(
         evaluation,
-        choice=probe,
-        mean_gain=relative_gain(choice.baseline, choice.current),
-        likely=relative_gain(choice.baseline, choice.current),
-        probe=True,
-        upside=upside,
-        upside_if="were the excess the draft's",
+        f"speculation off, to measure it: the steps took {ratio:.1f}x the profile's, more "
+        f"than its figures can be wrong by, and were the excess the draft's, off would gain "
+        f"{upside:+.0%}; the policy's choice at the posterior mean: {choice.reason}",
+        at_mean,
+        at_mean,
+        upside,
+        "were the excess the draft's",
     )
 
 
