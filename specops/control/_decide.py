@@ -1092,11 +1092,11 @@ def _probe_refuted_split(
     off = predict(SpecConfig.off(), load, priced, settings.objective)
     upside = relative_gain(off, predict(state.config, load, priced, settings.objective))
     choice = evaluation.choice
-    loss = max(-relative_gain(choice.baseline, choice.current), 0.0) * settings.min_dwell_s
+    at_mean = relative_gain(choice.baseline, choice.current)
+    loss = max(-at_mean, 0.0) * settings.min_dwell_s
     restarts = 2.0 * settings.margin * _restart_cost(state, settings)
     if upside < settings.min_gain or upside * evaluation.lasting <= restarts + loss:
         return evaluation
-    at_mean = relative_gain(choice.baseline, choice.current)
     return _off_probed(
         evaluation,
         f"speculation off, to measure it: the steps took {ratio:.1f}x the profile's, more "
