@@ -1003,7 +1003,9 @@ def _probe_off(
         return evaluation  # likely enough as it is: the restart rule judges it
     mean_gain = relative_gain(choice.baseline, choice.current)
     if mean_gain < settings.min_gain:
-        return _probe_refuted_split(state, evaluation, load, models[0], posterior, settings)
+        return _probe_refuted_split(
+            state, evaluation, load, models[0], posterior, mean_gain, settings
+        )
     over_current: list[float] = []
     over_choice: list[float] = []
     for model in models:
@@ -1066,6 +1068,7 @@ def _probe_refuted_split(
     load: BatchDistribution,
     model: SpeedModel,
     posterior: CostPosterior,
+    at_mean: float,
     settings: ControlSettings,
 ) -> _Evaluation:
     """The evaluation, or a probe of speculation off where the measured steps refute the
@@ -1079,20 +1082,21 @@ def _probe_refuted_split(
     the draft's (:meth:`CostPosterior.draft_excess`). Off is probed where, priced so, what
     it gains over the config in force, over as long as it is counted (the evaluation's
     ``lasting``), beats a restart there and one back (with the margin) and what the
-    posterior mean says it loses until it can be taken back (over the minimum dwell). On
-    a truth whose draft costs 50 ms a step and 20 ms a position (the profile's: under
-    1 ms), k = 3 was kept at every load below 192 in flight, at about a tenth of what
-    off served or less.
+    posterior mean says it loses (``at_mean``, off over the config in force) until it can
+    be taken back (over the minimum dwell). On a truth whose draft costs 50 ms a step and
+    20 ms a position (the profile's: under 1 ms), k = 3 was kept at every load below 192
+    in flight, at about a tenth of what off served or less.
     """
     ratio = posterior.evidence.times_prior(posterior.prior)
+    if ratio is None or ratio <= posterior.prior.outlier_ratio:
+        return evaluation
     excess = posterior.draft_excess()
-    if ratio is None or excess is None or ratio <= posterior.prior.outlier_ratio:
+    if excess is None:
         return evaluation
     priced = SpeedModel(excess, model.acceptance, model.context_tokens, model.prompts, model.spread)
     off = predict(SpecConfig.off(), load, priced, settings.objective)
     upside = relative_gain(off, predict(state.config, load, priced, settings.objective))
     choice = evaluation.choice
-    at_mean = relative_gain(choice.baseline, choice.current)
     loss = max(-at_mean, 0.0) * settings.min_dwell_s
     restarts = 2.0 * settings.margin * _restart_cost(state, settings)
     if upside < settings.min_gain or upside * evaluation.lasting <= restarts + loss:
