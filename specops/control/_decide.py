@@ -357,9 +357,7 @@ class _Evaluation:
 
     ``likely`` is the gain it beats with the asked confidence under the step-time posterior,
     ``mean_gain`` the gain at the posterior mean; a probe (a k never measured at this load)
-    is judged at the mean. ``horizon`` is how much longer the regime is expected to last
-    (for a change that drafts less as the load climbs, the climb: ``climb_s`` is how long
-    the load has climbed, see :func:`_climb_age`);
+    is judged at the mean. ``horizon`` is how much longer the regime is expected to last;
     ``lasting`` how long what a probe measures is counted for (see :func:`_lasting`);
     ``upside`` what a probe of off may gain, and ``upside_if`` on what condition, in words
     (empty: with the chance the asked confidence leaves).
@@ -373,7 +371,6 @@ class _Evaluation:
     horizon: float
     probe: bool
     lasting: float
-    climb_s: float | None = None
     upside: float | None = None
     upside_if: str = ""
 
@@ -789,19 +786,14 @@ def _evaluate(
         prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
     )
     mean_gain = choice.gain_over_current
-    climb = _climb_age(choice, state, regime, now)
-    horizon = (
-        expected_remaining(state.regime_lengths, regime.age(now), settings)
-        if climb is None
-        else expected_remaining((), climb, settings)  # the history holds regimes, not climbs
-    )
+    horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
     lasting = _lasting(choice, state, regime, likely, horizon, settings)
     may_probe = _may_probe(state, regime)
     probe = may_probe and _worth_probing(
         choice, regime.load, state, mean_gain, likely, horizon, lasting, settings
     )
     evaluation = _Evaluation(
-        choice, likely, bands, prior_crossovers, mean_gain, horizon, probe, lasting, climb
+        choice, likely, bands, prior_crossovers, mean_gain, horizon, probe, lasting
     )
     if may_probe:
         evaluation = _probe_off(state, evaluation, regime.load, models, posterior, settings)
@@ -949,40 +941,6 @@ def _ramping(past: Sequence[PastRegime], load: BatchDistribution) -> bool:
     means = [*(before.load.mean for before in past[-2:]), load.mean]
     steps = [after - before for before, after in pairwise(means)]
     return all(step > 0 for step in steps) or all(step < 0 for step in steps)
-
-
-def _climb_age(
-    choice: PolicyChoice, state: ControllerState, regime: Regime, now: float
-) -> float | None:
-    """How long the load has climbed, where the choice drafts less as it climbs; else None.
-
-    On a ramp the regimes are short, and a change judged over one of them comes late: on
-    the benchmark's H100 ramp, the climb from 128 to 256 in flight kept k = 3 for most of
-    its 400 s, 4 898 tok/s where k = 1 served 8 680, as each regime of the climb was young
-    (an expected 300s). But as the load climbs, drafting less gains at least as much at
-    the loads it climbs to, at a rate of service that grows, and after the climb ends,
-    until the load turns back. So such a change is counted over the climb's expected
-    rest, from its age: this regime's and those of the past regimes the load reached
-    climbing (see :func:`_ramping`); with no history of climbs, as long again. A fall is
-    not its mirror: drafting more gains more as the load falls, but at a rate of service
-    that falls with it, and on the same ramp's fall a change counted so restarted at 30
-    in flight for a gain served at 1 to 16 (its two segments: 6 287 tok/s against 6 469).
-    """
-    if not _ramping(state.past_regimes, regime.load):
-        return None
-    means = [*(before.load.mean for before in state.past_regimes), regime.load.mean]
-    busiest = regime.load.busiest
-    if means[-1] < means[-2] or choice.config.k_for_batch(busiest) >= state.config.k_for_batch(
-        busiest
-    ):
-        return None
-    lengths = state.regime_lengths[-len(state.past_regimes) :]
-    age = regime.age(now)
-    for index in range(len(means) - 2, 0, -1):
-        if means[index] <= means[index - 1]:
-            break
-        age += lengths[index]
-    return age
 
 
 def _mixture_gain_likely(
@@ -1195,9 +1153,6 @@ def _pays_words(
         f"over the {evaluation.counted_s:.0f}s what it measures is counted for"
         if evaluation.probe
         else f"over an expected {evaluation.horizon:.0f}s of this regime"
-        if evaluation.climb_s is None
-        else f"over an expected {evaluation.horizon:.0f}s more of the load's climb (it has "
-        f"climbed for {evaluation.climb_s:.0f}s)"
     )
     return (
         f"{likely_words} {over} is "

@@ -119,37 +119,6 @@ def test_a_probe_towards_drafting_less_is_counted_for_the_longest_regime(
         assert f"over the {regime_max_s:.0f}s what it measures is counted for" in decision.reason
 
 
-@pytest.mark.parametrize(
-    ("past", "changed"),
-    [((16, 32, 64), True), ((256, 192, 160), False), ((), False)],
-    ids=["a-climb", "a-fall", "no-ramp"],
-)
-def test_drafting_less_as_the_load_climbs_is_counted_over_the_climb(
-    past: tuple[int, ...], changed: bool
-) -> None:
-    # At batch 128, a minute into its regime, k = 1 is +11 % likely over k = 3: over the
-    # regime's expected 600 s that is 67 s, short of 1.5 x 60 s of restart. Reached by a
-    # climb (16, 32, 64, each 600 s), the load has climbed for 1 260 s, and drafting less
-    # keeps paying as it climbs on: 140 s. Reached by a fall, or with no ramp, it does not.
-    settings = replace(SETTINGS, restart_cost_s=60.0)
-    observation = _observation(128, 3, 0.5)
-    assert observation.load is not None
-    state = replace(
-        _settled_at_k3(observation, 0.016, past),
-        regime=Regime(observation.load, None, started_at=-60.0),
-    )
-    decision = decide(state, observation, SERVICE, settings, 0.0)
-    assert decision.recommended == SpecConfig.static(1)
-    assert decision.likely_gain is not None and decision.likely_gain > settings.min_gain
-    assert (decision.config == SpecConfig.static(1)) is changed
-    if changed:
-        assert decision.code is ReasonCode.GAIN_PAYS_RESTART
-        assert "1260s more of the load's climb (it has climbed for 1260s)" in decision.reason
-    else:
-        assert decision.code is ReasonCode.RESTART_NOT_WORTH
-        assert "600s of this regime" in decision.reason
-
-
 def test_a_probe_towards_drafting_more_pays_by_its_regime_alone() -> None:
     # k = 7 at batch 8: +43 % at the mean, -32 % at the 20th percentile, but the prior
     # leans that way already: over the regime's expected 960 s the mean pays 415 s, short
