@@ -357,8 +357,10 @@ class _Evaluation:
 
     ``likely`` is the gain it beats with the asked confidence under the step-time posterior,
     ``mean_gain`` the gain at the posterior mean; a probe (a k never measured at this load)
-    is judged at the mean. ``horizon`` is how much longer the regime is expected to last;
-    ``lasting`` how long what a probe measures is counted for (see :func:`_lasting`);
+    is judged at the mean. ``horizon`` is how much longer the regime is expected to last,
+    or for a change that follows a ramp to where it is heading the ramp (``ramp``, see
+    :func:`_with_the_trend`); ``lasting`` how long what a probe measures is counted for
+    (see :func:`_lasting`);
     ``upside`` what a probe of off may gain, and ``upside_if`` on what condition, in words
     (empty: with the chance the asked confidence leaves).
     """
@@ -373,6 +375,7 @@ class _Evaluation:
     lasting: float
     upside: float | None = None
     upside_if: str = ""
+    ramp: bool = False
 
     @property
     def gain(self) -> float:
@@ -786,14 +789,25 @@ def _evaluate(
         prior_model, tuple(c.k for c in choice.crossovers), service.max_batch
     )
     mean_gain = choice.gain_over_current
-    horizon = expected_remaining(state.regime_lengths, regime.age(now), settings)
-    lasting = _lasting(choice, state, regime, likely, horizon, settings)
+    rest = expected_remaining(state.regime_lengths, regime.age(now), settings)
+    ramp = _with_the_trend(choice, state, regime, now, settings, models, service.max_batch)
+    horizon = max(rest, ramp)
+    # What a probe measures is counted as it always is: the ramp moves its load away.
+    lasting = _lasting(choice, state, regime, likely, rest, settings)
     may_probe = _may_probe(state, regime)
     probe = may_probe and _worth_probing(
         choice, regime.load, state, mean_gain, likely, horizon, lasting, settings
     )
     evaluation = _Evaluation(
-        choice, likely, bands, prior_crossovers, mean_gain, horizon, probe, lasting
+        choice,
+        likely,
+        bands,
+        prior_crossovers,
+        mean_gain,
+        horizon,
+        probe,
+        lasting,
+        ramp=ramp > rest,
     )
     if may_probe:
         evaluation = _probe_off(state, evaluation, regime.load, models, posterior, settings)
@@ -929,6 +943,77 @@ def _over_the_mixture(
         upside=None,
         upside_if="",
     )
+
+
+def _with_the_trend(
+    choice: PolicyChoice,
+    state: ControllerState,
+    regime: Regime,
+    now: float,
+    settings: ControlSettings,
+    models: tuple[SpeedModel, ...],
+    max_batch: int,
+) -> float:
+    """How long a change that follows a ramp is expected to keep its gain: the ramp's age
+    so far (0 where the load is not ramping or the change does not follow it).
+
+    A ramp's regimes are short (each lasts until the load has moved past its average), so
+    the regime's expected rest undercounts what a change made on it serves: a k that drafts
+    less on a climb (more on a fall) gains more, not less, as the load goes on the same
+    way, and keeps its gain until the load turns back. How long that will be is unknown;
+    a trend that has lasted a while tends to last as long again, as a regime does. This
+    holds only for the config the ramp's far end wants (the largest batch on a climb, one
+    on a fall; :func:`_best_where_heading`): one short of it is changed again further on,
+    and its gain lasts until then (on the day trace's 70B truth, k = 4 for the evening and
+    k = 7 for the night a regime later, 0.857 of the oracle against 0.873). And a load
+    already at the end of its range goes no further: on the ramp's 70B truth, off chosen
+    so on the plateau at 256 in flight stayed 341 s into the fall, the saturated engine's
+    batch still near 250.
+    """
+    past = state.past_regimes
+    if not _ramping(past, regime.load):
+        return 0.0
+    climbing = regime.load.mean > past[-1].load.mean
+    busiest = regime.load.busiest
+    if busiest >= max_batch if climbing else busiest <= 1:
+        return 0.0  # at the end of its range: the load can go no further that way
+    new, old = choice.config.k_for_batch(busiest), state.config.k_for_batch(busiest)
+    if new == old or (new < old) != climbing:
+        return 0.0
+    if not _best_where_heading(choice.config, max_batch if climbing else 1, models, settings):
+        return 0.0
+    means = [*(before.load.mean for before in past), regime.load.mean]
+    seconds = regime.age(now)
+    # Each past regime's length with the move from its load to the next one's, newest first.
+    for (before, after), length in zip(
+        reversed(list(pairwise(means))), reversed(state.regime_lengths), strict=False
+    ):
+        if after == before or (after > before) != climbing:
+            break
+        seconds += length
+    return min(seconds, settings.regime_max_s)
+
+
+def _best_where_heading(
+    config: SpecConfig, batch: int, models: tuple[SpeedModel, ...], settings: ControlSettings
+) -> bool:
+    """Whether ``config`` is the best of off and every single k at ``batch`` in at least
+    ``gain_confidence`` of the posterior draws (``models``): where the ramp is heading no
+    load was measured, and a change made for it early blocks the better one the load,
+    once there, would measure. Judged at the posterior mean alone, on an H200 truth with a
+    draft that costs almost nothing, a ramp's climb moved to k = 1 where the truth wants
+    off, which came only 600 s later: 0.849 of the oracle against 0.867 without the rule."""
+    load = BatchDistribution.from_weights({batch: 1.0})
+    candidates = {
+        config,
+        SpecConfig.off(),
+        *(SpecConfig.static(k) for k in range(1, settings.k_max + 1)),
+    }
+    wins = 0
+    for model in models:
+        values = {c: predict(c, load, model, settings.objective).value for c in candidates}
+        wins += values[config] >= max(values.values())
+    return wins >= settings.gain_confidence * len(models)
 
 
 def _ramping(past: Sequence[PastRegime], load: BatchDistribution) -> bool:
@@ -1152,6 +1237,8 @@ def _pays_words(
     over = (
         f"over the {evaluation.counted_s:.0f}s what it measures is counted for"
         if evaluation.probe
+        else f"over an expected {evaluation.horizon:.0f}s of this ramp (as long as it has lasted)"
+        if evaluation.ramp
         else f"over an expected {evaluation.horizon:.0f}s of this regime"
     )
     return (

@@ -454,3 +454,30 @@ def test_a_target_no_config_meets_at_any_past_load_leaves_the_choice_to_throughp
     decision = decide(state, _steady(0), ONE_K, unmeetable, 0)
     assert decision.config == SpecConfig.static(1)
     assert "mixture" not in decision.reason
+
+
+def test_a_change_that_follows_a_ramp_to_its_end_is_counted_over_the_ramp() -> None:
+    """Off at batch 2 after regimes of 600 s falling from 32: k = 2 gains 31 % here and is
+    the best k at batch 1, where the fall is heading, in every draw of the near-certain
+    step-time posterior, so it keeps its gain until the load turns back: counted over the
+    ramp so far (1800 s), not the regime's expected rest (600 s, 186 s of service against
+    2 x 100 s of restart). At batch 4 the best, k = 1, is not what batch 1 wants, and a
+    later change would follow: counted over the regime."""
+    costly = replace(SETTINGS, restart_cost_s=100.0)
+
+    def at(batch: int, *loads: int) -> Decision:
+        state = _off_after(ONE_K, *loads)
+        return decide(state, _window(0, [batch] * 60, k=0), ONE_K, costly, 0)
+
+    ramp = at(2, 32, 16, 8)
+    assert ramp.action is Action.RECONFIGURE and ramp.config == SpecConfig.static(2)
+    assert ramp.gain_s is not None and ramp.likely_gain is not None
+    assert ramp.gain_s == pytest.approx(ramp.likely_gain * 1800)
+    assert "over an expected 1800s of this ramp" in ramp.reason
+    # One past regime makes no ramp: the regime's rest does not pay.
+    alone = at(2, 8)
+    assert alone.action is Action.KEEP and alone.recommended == SpecConfig.static(2)
+    assert "over an expected 600s of this regime" in alone.reason
+    # On the ramp, but short of where it is heading.
+    short = at(4, 32, 16, 8)
+    assert short.action is Action.KEEP and short.recommended == SpecConfig.static(1)
