@@ -790,8 +790,8 @@ def _evaluate(
     )
     mean_gain = choice.gain_over_current
     rest = expected_remaining(state.regime_lengths, regime.age(now), settings)
-    ramp = _with_the_trend(choice, state, regime, now, settings, models, service.max_batch)
-    horizon = max(rest, ramp)
+    ramp_s = _with_the_trend(choice, state, regime, now, settings, models, service.max_batch)
+    horizon = max(rest, ramp_s)
     # What a probe measures is counted as it always is: the ramp moves its load away.
     lasting = _lasting(choice, state, regime, likely, rest, settings)
     may_probe = _may_probe(state, regime)
@@ -807,7 +807,7 @@ def _evaluate(
         horizon,
         probe,
         lasting,
-        ramp=ramp > rest,
+        ramp=ramp_s > rest,
     )
     if may_probe:
         evaluation = _probe_off(state, evaluation, regime.load, models, posterior, settings)
