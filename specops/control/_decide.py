@@ -970,10 +970,9 @@ def _with_the_trend(
     so on the plateau at 256 in flight stayed 341 s into the fall, the saturated engine's
     batch still near 250.
     """
-    past = state.past_regimes
-    if not _ramping(past, regime.load):
+    run, climbing = _ramp_run(state.past_regimes, regime.load)
+    if run < 2:
         return 0.0
-    climbing = regime.load.mean > past[-1].load.mean
     busiest = regime.load.busiest
     if busiest >= max_batch if climbing else busiest <= 1:
         return 0.0  # at the end of its range: the load can go no further that way
@@ -982,15 +981,7 @@ def _with_the_trend(
         return 0.0
     if not _best_where_heading(choice.config, max_batch if climbing else 1, models, settings):
         return 0.0
-    means = [*(before.load.mean for before in past), regime.load.mean]
-    seconds = regime.age(now)
-    # Each past regime's length with the move from its load to the next one's, newest first.
-    for (before, after), length in zip(
-        reversed(list(pairwise(means))), reversed(state.regime_lengths), strict=False
-    ):
-        if after == before or (after > before) != climbing:
-            break
-        seconds += length
+    seconds = regime.age(now) + sum(state.regime_lengths[-run:])
     return min(seconds, settings.regime_max_s)
 
 
@@ -1016,16 +1007,26 @@ def _best_where_heading(
     return wins >= settings.gain_confidence * len(models)
 
 
+def _ramp_run(past: Sequence[PastRegime], load: BatchDistribution) -> tuple[int, bool]:
+    """How many of the newest past regimes each moved the mean batch the same way into the
+    next one (this one last), and whether that way is up."""
+    means = [*(before.load.mean for before in past), load.mean]
+    steps = [after - before for before, after in pairwise(means)]
+    up = bool(steps) and steps[-1] > 0
+    run = 0
+    for step in reversed(steps):
+        if step == 0 or (step > 0) != up:
+            break
+        run += 1
+    return run, up
+
+
 def _ramping(past: Sequence[PastRegime], load: BatchDistribution) -> bool:
     """Whether the last two regimes and this one moved the load one way: each one's mean
     batch above the one before, or each below. Alternating loads (bursts, a load that
     comes back) break the run; a ramp's regimes do not; fewer than two past regimes make
     no ramp."""
-    if len(past) < 2:
-        return False
-    means = [*(before.load.mean for before in past[-2:]), load.mean]
-    steps = [after - before for before, after in pairwise(means)]
-    return all(step > 0 for step in steps) or all(step < 0 for step in steps)
+    return _ramp_run(past, load)[0] >= 2
 
 
 def _mixture_gain_likely(
